@@ -1,0 +1,13 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""LMCache device backend for {{ cookiecutter.device_name }} devices.
+
+Modules: ``device`` (the DeviceSpec LMCache discovers), ``device_ops`` (the
+KV-cache ops), ``_lmcache_compat`` (everything specific to an LMCache release),
+``emulator`` (a CPU stand-in for ``torch.{{ cookiecutter.__torch_module_name }}``, tests only).
+
+Must not import LMCache or torch: a process that imports this package before
+``import lmcache`` would otherwise start LMCache's plugin discovery while this
+package is half-initialised, and LMCache would skip the plugin.
+"""
+
+__version__ = "{{ cookiecutter.version }}"

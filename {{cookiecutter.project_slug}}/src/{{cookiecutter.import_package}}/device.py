@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""LMCache registration for {{ cookiecutter.device_name }} devices: the ``DeviceSpec`` LMCache discovers.
+
+``pyproject.toml`` points the ``{{ cookiecutter._entry_point_group }}`` entry point
+``{{ cookiecutter.backend_name }}`` at ``{{ cookiecutter.class_prefix }}DeviceSpec``. LMCache loads it
+while it builds its device registry, inside ``import lmcache``, in every process
+(worker and server), constructs it with no arguments and calls ``is_available()``.
+
+Must not import, at top level, anything from LMCache except ``DeviceSpec`` (via
+``_lmcache_compat``): LMCache is half-initialised at that point, and any other
+import makes LMCache drop the plugin with only a warning. Ops load lazily in
+``ops_cls``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from ._lmcache_compat import DeviceSpec
+
+if TYPE_CHECKING:
+    from ._lmcache_compat import DeviceOps
+
+logger = logging.getLogger(__name__)
+
+#: ``tensor.device.type`` of your KV-cache tensors.
+DEVICE_TYPE = "{{ cookiecutter.device_name }}"
+#: LMCache's name for this backend: the entry-point name and the value of
+#: ``LMCACHE_DEVICE_BACKEND`` that selects it.
+BACKEND_NAME = "{{ cookiecutter.backend_name }}"
+#: ``torch.<name>``: the device module LMCache synchronises through.
+TORCH_MODULE_NAME = "{{ cookiecutter.__torch_module_name }}"
+#: The module that creates ``torch.{{ cookiecutter.__torch_module_name }}`` when imported; empty if torch
+#: has the device built in.
+TORCH_EXTENSION_MODULE = "{{ cookiecutter.torch_extension_module }}"
+#: Tests and CI set this to ``1`` to use the bundled CPU emulator of
+#: ``torch.{{ cookiecutter.__torch_module_name }}`` instead (see ``emulator/``). Never set it in production.
+EMULATOR_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}"
+EMULATOR_MODULE = "{{ cookiecutter.import_package }}.emulator"
+
+
+def torch_extension_module() -> str:
+    """The module ``is_available()`` imports to create ``torch.{{ cookiecutter.__torch_module_name }}``."""
+    if os.environ.get(EMULATOR_ENV_VAR) == "1":
+        return EMULATOR_MODULE
+    return TORCH_EXTENSION_MODULE
+
+
+class {{ cookiecutter.class_prefix }}DeviceSpec(DeviceSpec):
+    """{{ cookiecutter.device_name }} device specification for LMCache's registry (engine-driven transfer)."""
+
+    @property
+    def device_type(self) -> str:
+        return DEVICE_TYPE
+
+    @property
+    def backend_name(self) -> str:
+        return BACKEND_NAME
+
+    @property
+    def torch_module_name(self) -> str:
+        return TORCH_MODULE_NAME
+
+    @property
+    def ops_cls(self) -> type[DeviceOps]:
+        # Lazy: device_ops imports LMCache's DeviceOps, which needs a finished
+        # ``import lmcache``.
+        from .device_ops import {{ cookiecutter.class_prefix }}DeviceOps
+
+        return {{ cookiecutter.class_prefix }}DeviceOps
+
+    def is_available(self) -> bool:
+        """True when ``torch.{{ cookiecutter.__torch_module_name }}`` exists and reports a usable device.
+
+        Failure policy: never raises. LMCache calls this for every registered
+        backend, several times per process, during ``import lmcache``; an
+        exception there would break LMCache for every device, so probe errors
+        mean "not available" (logged at debug level for ``doctor``-style checks).
+        """
+        try:
+            import torch
+
+            extension = torch_extension_module()
+            if extension:
+                importlib.import_module(extension)
+            module = getattr(torch, TORCH_MODULE_NAME, None)
+            # TODO(vendor): add any cheap runtime probe your driver needs here
+            # (firmware version, device visible to this process, ...).
+            return bool(module is not None and module.is_available())
+        except Exception as exc:  # noqa: BLE001 - see failure policy
+            logger.debug("%s backend unavailable: %r", BACKEND_NAME, exc)
+            return False
+
+    def is_lmcache_driven_available(self) -> bool:
+        """False: this backend supports engine-driven transfer only.
+
+        LMCache-driven transfer (the server pulls KV through device IPC handles)
+        needs an IPC wrapper, a cache context and an event-IPC backend, which this
+        package does not provide. With False, ``auto`` resolves to engine-driven and
+        an explicit ``lmcache_driven`` request fails with LMCache's ValueError.
+        (The guide calls this ``is_handle_transfer_available`` with a True
+        default; lmcache {{ cookiecutter._lmcache_tested }} renamed it and defaults to False.)
+        """
+        return False

@@ -1,0 +1,177 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""One serving-engine worker (one TP rank) driving a real ``lmcache server``.
+
+Run as a separate process by ``test_e2e_engine_driven.py``: LMCache builds its
+device registry once per process, so each worker selects the
+``{{ cookiecutter.backend_name }}`` backend from its own environment. It uses the same classes
+vLLM's ``LMCacheMPConnector`` uses (``LMCacheMPWorkerAdapter``), with KV caches
+on ``{{ cookiecutter.device_name }}`` tensors, and prints one JSON line with what it observed.
+
+Protocol (one JSON line per step on stdout; logs go to stderr):
+  start        register seeded random KV, store ``--tokens`` tokens  -> {"phase": "store", ...}
+               register a second, all-zero KV cache                  -> {"phase": "ready"}
+  stdin line   ``retrieve <request_id>`` (after the scheduler's lookup with that id):
+               retrieve into disjoint zeroed blocks, compare bytes   -> {"phase": "retrieve", ...}
+  stdin EOF    unregister both caches and exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import signal
+import sys
+import time
+from typing import Any
+
+import torch
+
+BLOCK_SIZE = 16
+NUM_HEADS = 2
+HEAD_SIZE = 32
+DTYPE = torch.float16
+
+
+def token_ids(tokens: int) -> list[int]:
+    """The prompt every rank stores and retrieves (the scheduler looks up the same)."""
+    return list(range(7, 7 + tokens))
+
+
+def kv_shape(layers: int, blocks: int) -> dict[str, tuple[int, ...]]:
+    """vLLM flash-attention layout: per layer (2, blocks, block_size, heads, head_size)."""
+    return {f"layer.{i}": (2, blocks, BLOCK_SIZE, NUM_HEADS, HEAD_SIZE) for i in range(layers)}
+
+
+def source_kv(layers: int, blocks: int, seed: int) -> dict[str, torch.Tensor]:
+    """The bytes a rank stores: a pure function of (shape, seed), on the CPU."""
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        name: torch.randn(shape, generator=generator, dtype=torch.float32).to(DTYPE)
+        for name, shape in kv_shape(layers, blocks).items()
+    }
+
+
+def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
+    """A registered ``LMCacheMPWorkerAdapter`` for this rank, engine-driven, short timeouts."""
+    import zmq
+    from lmcache.integration.vllm.vllm_multi_process_adapter import LMCacheMPWorkerAdapter, ParallelStrategy
+
+    strategy = ParallelStrategy(
+        mla_only=False,
+        vllm_world_size=args.world_size,
+        vllm_worker_id=args.rank,
+        tp_size=args.world_size,
+        pp_size=1,
+        n_servers=1,
+    )
+    adapter = LMCacheMPWorkerAdapter(
+        args.url,
+        zmq.Context.instance(),
+        args.model,
+        BLOCK_SIZE,
+        strategy,
+        extra_config={
+            "lmcache.mp.mq_timeout": args.mq_timeout,
+            "lmcache.mp.mp_transfer_mode": "engine_driven",
+            "lmcache.mp.heartbeat_interval": 1.0,
+        },
+    )
+    adapter.register_kv_caches(kv, layout_hints={"kv_layout": "NHD"})
+    return adapter
+
+
+def report(**fields: Any) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--rank", type=int, default=0)
+    parser.add_argument("--world-size", type=int, default=1)
+    parser.add_argument("--tokens", type=int, required=True)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--model", default="e2e-model")
+    parser.add_argument("--device", default="{{ cookiecutter.device_name }}")
+    parser.add_argument("--mq-timeout", type=float, default=20.0)
+    args = parser.parse_args()
+    # The test sends SIGUSR1 before killing a stalled worker: the stacks land in its log.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+    import lmcache  # noqa: F401 - selects the backend (creates torch.<device>)
+    from lmcache.integration.vllm.vllm_multi_process_adapter import LoadStoreOp
+
+    torch.set_num_threads(1)
+    used_blocks = args.tokens // BLOCK_SIZE
+    num_blocks = 2 * used_blocks + 2
+    device = torch.device(args.device, args.rank % max(1, _device_count(args.device)))
+    expected = source_kv(args.layers, num_blocks, seed=1000 + args.rank)
+    tokens = token_ids(args.tokens)
+
+    # Source worker: seeded KV in blocks [0, used_blocks).
+    source_blocks = list(range(used_blocks))
+    source = make_adapter(args, {name: t.to(device) for name, t in expected.items()})
+    op = LoadStoreOp(token_ids=tokens, block_ids=[source_blocks], start=0, end=args.tokens)
+    started = time.perf_counter()
+    source.submit_store_request("store", op, source.create_recorded_event())
+    stored = bool(source.store_futures["store"].result(timeout=args.mq_timeout))
+    report(
+        phase="store",
+        rank=args.rank,
+        ok=stored,
+        kv_device_type=device.type,
+        transfer_context=type(source.transfer_ctx).__name__,
+        elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
+    )
+
+    # Destination worker: a second engine instance with all-zero KV caches.
+    # Both stay registered, as live vLLM workers are, so the scheduler's
+    # lookups find this model's layout on the server.
+    target = {name: torch.zeros(t.shape, dtype=DTYPE, device=device) for name, t in expected.items()}
+    destination = make_adapter(args, target)
+    # Reversed and disjoint from the stored range: retrieval must not depend
+    # on block positions.
+    target_blocks = list(range(num_blocks - 1, num_blocks - 1 - used_blocks, -1))
+    report(phase="ready", rank=args.rank)
+
+    exit_code = 0 if stored else 1
+    for line in sys.stdin:
+        command, _, request_id = line.strip().partition(" ")
+        if command != "retrieve":
+            break
+        for t in target.values():
+            t.zero_()
+        op = LoadStoreOp(token_ids=tokens, block_ids=[target_blocks], start=0, end=args.tokens)
+        started = time.perf_counter()
+        destination.submit_retrieve_request(request_id, op, destination.create_recorded_event())
+        future, _ = destination.retrieve_futures[request_id]
+        ok = bool(future.result(timeout=args.mq_timeout))
+        getattr(torch, args.device).synchronize()
+        matches = all(
+            torch.equal(
+                target[name][:, target_blocks].cpu().view(torch.uint8),
+                expected[name][:, source_blocks].view(torch.uint8),
+            )
+            for name in expected
+        )
+        report(
+            phase="retrieve",
+            rank=args.rank,
+            ok=ok,
+            bytes_match=matches,
+            kv_device_type=next(iter(target.values())).device.type,
+            elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+    destination.shutdown()
+    source.shutdown()
+    return exit_code
+
+
+def _device_count(device_type: str) -> int:
+    module = getattr(torch, device_type, None)
+    return int(module.device_count()) if module is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

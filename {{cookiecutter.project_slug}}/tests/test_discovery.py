@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""LMCache finds, validates and selects the installed plugin (guide: "Debugging checklist").
+
+LMCache builds its registry once per process, inside ``import lmcache``, so
+every case runs in a fresh interpreter with its own environment.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from importlib import metadata
+
+from _support import run_python
+
+BACKEND = "{{ cookiecutter.backend_name }}"
+DEVICE = "{{ cookiecutter.device_name }}"
+PACKAGE = "{{ cookiecutter.import_package }}"
+SPEC_PATH = "{{ cookiecutter.import_package }}.device:{{ cookiecutter.class_prefix }}DeviceSpec"
+EMULATOR = "{{ cookiecutter.__emulator_env_var }}"
+
+PROBE = textwrap.dedent(
+    """
+    import json, sys
+    import lmcache
+    from lmcache.v1.platform import _DEVICE_REGISTRY, resolve_device_ops
+    after_import = sorted(m for m in sys.modules if m.split(".")[0] == __PACKAGE__)
+    ops = resolve_device_ops(__DEVICE__)
+    name = lambda obj: type(obj).__module__ + "." + type(obj).__name__
+    print(json.dumps(dict(
+        registered=sorted(_DEVICE_REGISTRY),
+        torch_device_type=lmcache.torch_device_type,
+        device_ops=name(getattr(lmcache, "device_ops", None)),
+        resolved_ops=name(ops),
+        ops_is_process_singleton=ops is getattr(lmcache, "device_ops", None),
+        plugin_modules_after_import=after_import,
+    )))
+    """
+).replace("__DEVICE__", repr(DEVICE)).replace("__PACKAGE__", repr(PACKAGE))
+
+OUR_OPS = f"{PACKAGE}.device_ops.{{ cookiecutter.class_prefix }}DeviceOps"
+
+
+def probe(env: dict[str, str | None]) -> tuple[dict, str]:
+    done = run_python(PROBE, env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec_class() -> None:
+    """The wheel declares exactly one entry point, in LMCache's group, named backend_name."""
+    ours = [ep for ep in metadata.entry_points(group="{{ cookiecutter._entry_point_group }}") if ep.value.startswith(PACKAGE + ".")]
+    assert [(ep.name, ep.value) for ep in ours] == [(BACKEND, SPEC_PATH)]
+    assert ours[0].dist is not None and ours[0].dist.name == "{{ cookiecutter.project_slug }}"
+
+
+def test_entry_point_group_is_the_one_lmcache_scans() -> None:
+    """The group name baked into pyproject.toml equals LMCache's own constant."""
+    done = run_python(
+        "from lmcache.v1.platform._device_detect import DEVICE_PLUGIN_ENTRY_POINT_GROUP as g; print(g)",
+        {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "{{ cookiecutter._entry_point_group }}"
+
+
+def test_lmcache_device_backend_selects_the_plugin_and_its_ops() -> None:
+    """LMCACHE_DEVICE_BACKEND=<backend> binds our spec, our device type and our ops."""
+    result, log = probe({"LMCACHE_DEVICE_BACKEND": BACKEND, "DEVICE_TYPE": None, EMULATOR: "1"})
+    assert result["torch_device_type"] == DEVICE
+    assert f"torch_device_type={DEVICE}" in log
+    assert result["device_ops"] == OUR_OPS
+    assert result["resolved_ops"] == OUR_OPS
+    assert result["ops_is_process_singleton"] is True
+
+
+def test_device_type_selects_the_plugin_without_a_backend_name() -> None:
+    """DEVICE_TYPE=<device> alone picks our backend, the only available one of that type."""
+    result, log = probe({"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": DEVICE, EMULATOR: "1"})
+    assert result["torch_device_type"] == DEVICE
+    assert f"torch_device_type={DEVICE}" in log
+    assert result["resolved_ops"] == OUR_OPS
+
+
+def test_auto_detection_selects_the_plugin_when_its_device_is_available() -> None:
+    """With no selection variables, an available device is detected on its own."""
+    result, _ = probe({"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None, EMULATOR: "1"})
+    assert result["torch_device_type"] == DEVICE
+
+
+def test_backend_reports_unavailable_when_its_torch_module_is_missing() -> None:
+    """Without torch.<device> the plugin says so, and LMCache refuses the explicit selection."""
+    env = {"LMCACHE_DEVICE_BACKEND": BACKEND, "DEVICE_TYPE": None, EMULATOR: "0"}
+    done = run_python("import lmcache", env)
+    if done.returncode == 0:  # a real device is present on this host
+        return
+    assert f"LMCACHE_DEVICE_BACKEND={BACKEND!r} is registered but not available" in done.stderr
+
+
+def test_registry_build_imports_only_the_spec_module() -> None:
+    """Plain ``import lmcache`` loads device.py and the compat module, nothing heavier."""
+    result, log = probe({"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None, EMULATOR: "0"})
+    assert BACKEND in result["registered"], log[-3000:]
+    assert "Failed to load LMCache device plugin" not in log
+    assert {f"{PACKAGE}.device_ops", f"{PACKAGE}.emulator"}.isdisjoint(result["plugin_modules_after_import"])
+
+
+def test_importing_the_package_first_does_not_start_lmcache_discovery() -> None:
+    """``import <package>`` before ``import lmcache`` leaves LMCache unimported (else the plugin is skipped)."""
+    done = run_python(
+        f"import sys, {PACKAGE}; assert 'lmcache' not in sys.modules and 'torch' not in sys.modules; "
+        f"import lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY; print({BACKEND!r} in _DEVICE_REGISTRY)",
+        {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "True"
+
+
+def test_plugin_refuses_to_load_on_an_untested_lmcache_release() -> None:
+    """On an LMCache release outside the tested range, loading fails loudly and names the range."""
+    code = textwrap.dedent(
+        """
+        import importlib.metadata as md
+        real = md.version
+        md.version = lambda name: "99.0.0" if name == "lmcache" else real(name)
+        import lmcache
+        from lmcache.v1.platform import _DEVICE_REGISTRY
+        print({backend!r} in _DEVICE_REGISTRY)
+        """
+    ).format(backend=BACKEND)
+    done = run_python(code, {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "False"
+    assert f"Failed to load LMCache device plugin {BACKEND!r}" in done.stderr
+    assert "{{ cookiecutter._lmcache_requirement }}" in done.stderr and "lmcache 99.0.0 is installed" in done.stderr

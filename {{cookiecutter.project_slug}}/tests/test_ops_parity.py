@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""The plugin's ops give byte-identical results to LMCache's torch baseline on the CPU.
+
+Transfers go through LMCache's own engine-driven call sites
+(``gather_paged_kv_to_cpu`` = D2H, ``scatter_cpu_to_paged_kv`` = H2D), which
+resolve the ops from the KV tensors' device: {{ cookiecutter.device_name }} tensors reach
+``{{ cookiecutter.class_prefix }}DeviceOps``, CPU tensors reach LMCache's CPU baseline.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lmcache  # noqa: F401 - builds the registry with conftest's environment
+from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu, scatter_cpu_to_paged_kv
+from lmcache.v1.platform import resolve_device_ops
+
+DEVICE = "{{ cookiecutter.device_name }}"
+BS, NB, NH, HS, LAYERS = 16, 12, 2, 32, 3
+BLOCKS_PER_CHUNK = 2
+BLOCK_IDS = [5, 1, 3, 7, 10, 0]  # three chunks, out of order
+
+#: Per-layer KV shapes for the formats LMCache detects, with the hints vLLM passes.
+LAYOUTS = {
+    "flash_nhd": ((2, NB, BS, NH, HS), {"kv_layout": "NHD"}),
+    "flash_hnd": ((2, NB, NH, BS, HS), {"kv_layout": "HND"}),
+    "flashinfer_nhd": ((NB, 2, BS, NH, HS), {"kv_layout": "NHD"}),
+    "mla": ((NB, BS, HS), {"kv_layout": "NHD"}),
+}
+
+
+def random_kv(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return {f"layer.{i}": torch.randn(shape, generator=generator).to(dtype) for i in range(LAYERS)}
+
+
+def on_device(kv: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: t.to(DEVICE) for name, t in kv.items()}
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.cpu().contiguous().view(torch.uint8), b.cpu().contiguous().view(torch.uint8))
+
+
+def test_kv_tensors_of_this_device_resolve_to_the_plugin_ops() -> None:
+    """LMCache routes {{ cookiecutter.device_name }} tensors to our DeviceOps, not the baseline."""
+    assert type(resolve_device_ops(DEVICE)).__name__ == "{{ cookiecutter.class_prefix }}DeviceOps"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_gather_d2h_matches_the_cpu_baseline(layout: str, dtype: torch.dtype) -> None:
+    """multi_layer_block_kv_transfer D2H: chunks gathered from the device equal the CPU result."""
+    shape, hints = LAYOUTS[layout]
+    kv_cpu = random_kv(shape, dtype, seed=1)
+    expected = gather_paged_kv_to_cpu(kv_cpu, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
+    got = gather_paged_kv_to_cpu(on_device(kv_cpu), BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
+    assert len(got) == len(expected) == len(BLOCK_IDS) // BLOCKS_PER_CHUNK
+    for chunk_got, chunk_expected in zip(got, expected):
+        assert chunk_got.device.type == "cpu"
+        assert same_bytes(chunk_got, chunk_expected)
+
+
+@pytest.mark.parametrize("skip_tokens", [0, BS, 3 * BS], ids=["skip0", "skip1block", "skip3blocks"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_scatter_h2d_matches_the_cpu_baseline(layout: str, skip_tokens: int) -> None:
+    """multi_layer_block_kv_transfer H2D, with skipped prefix blocks: device KV equals the CPU result."""
+    shape, hints = LAYOUTS[layout]
+    chunks = gather_paged_kv_to_cpu(random_kv(shape, torch.float16, seed=2), BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
+    kv_cpu = {name: torch.zeros_like(t) for name, t in random_kv(shape, torch.float16, seed=3).items()}
+    kv_dev = on_device(kv_cpu)
+    scatter_cpu_to_paged_kv(kv_cpu, BLOCK_IDS, chunks, BLOCKS_PER_CHUNK, skip_first_n_tokens=skip_tokens, layout_hints=hints)
+    scatter_cpu_to_paged_kv(kv_dev, BLOCK_IDS, chunks, BLOCKS_PER_CHUNK, skip_first_n_tokens=skip_tokens, layout_hints=hints)
+    assert any(t.any() for t in kv_cpu.values())
+    for name in kv_cpu:
+        assert kv_dev[name].device.type == DEVICE
+        assert same_bytes(kv_dev[name], kv_cpu[name])
+
+
+def test_memcpy_tensor_mode_matches_the_cpu_baseline() -> None:
+    """lmcache_memcpy_async with tensor operands copies the same bytes as on the CPU."""
+    from {{ cookiecutter.import_package }}._lmcache_compat import TransferDirection, torch_ops
+
+    src = torch.randn(1024).to(torch.float16)
+    expected = torch.zeros_like(src)
+    torch_ops.lmcache_memcpy_async(expected, src, 1000, TransferDirection.H2D, 0, 64)
+    dest = torch.zeros(1024, dtype=torch.float16, device=DEVICE)
+    resolve_device_ops(DEVICE).lmcache_memcpy_async(dest, src, 1000, TransferDirection.H2D, 0, 64)
+    assert same_bytes(dest, expected)
+
+
+@pytest.mark.parametrize("direction", ["H2D", "D2H"])
+def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str) -> None:
+    """Pointer-mode lmcache_memcpy_async moves the bytes and never loads the CUDA runtime."""
+    from {{ cookiecutter.import_package }}._lmcache_compat import TransferDirection, baseline_loaded_cuda_runtime
+
+    nbytes = 4096 + 17
+    host = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
+    dev = torch.randint(0, 255, (nbytes,), dtype=torch.uint8).to(DEVICE)
+    expected = (host if direction == "H2D" else dev.cpu()).clone()
+    ops = resolve_device_ops(DEVICE)
+    if direction == "H2D":
+        ops.lmcache_memcpy_async(dev.data_ptr(), host.data_ptr(), nbytes, TransferDirection.H2D, 0, 4096)
+        getattr(torch, "{{ cookiecutter.__torch_module_name }}").synchronize()
+        assert same_bytes(dev, expected)
+    else:
+        ops.lmcache_memcpy_async(host.data_ptr(), dev.data_ptr(), nbytes, TransferDirection.D2H, 0, 4096)
+        getattr(torch, "{{ cookiecutter.__torch_module_name }}").synchronize()
+        assert same_bytes(host, expected)
+    assert not baseline_loaded_cuda_runtime()
+
+
+def test_tensor_from_ptr_aliases_device_memory() -> None:
+    """tensor_from_ptr returns a view of the same device memory, not a copy."""
+    base = torch.arange(64, dtype=torch.float32).to(DEVICE)
+    view = resolve_device_ops(DEVICE).tensor_from_ptr(base.data_ptr() + 16 * 4, (4, 8), torch.float32, torch.device(DEVICE))
+    assert view.device.type == DEVICE and view.data_ptr() == base.data_ptr() + 64
+    assert same_bytes(view, base.cpu()[16:48].reshape(4, 8))
+    view.fill_(-1)
+    assert bool((base.cpu()[16:48] == -1).all()) and float(base.cpu()[15]) == 15.0
