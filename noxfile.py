@@ -1,0 +1,139 @@
+# /// script
+# dependencies = ["nox>=2024.4.15"]
+# ///
+# SPDX-License-Identifier: Apache-2.0
+"""Automation for lmcache-device-template.
+
+Sessions:
+  tests              the template's own tests (render, refuse, compile); fast.
+  generate_and_test  render the sample ``foo`` backend, build its wheel, install it
+                     into a fresh environment with real torch (CPU) and lmcache, and
+                     run the rendered conformance suite, end to end against a real
+                     ``lmcache server`` on 127.0.0.1.
+
+Configuration (environment variables):
+  LMCACHE_TEMPLATE_TORCH  the torch requirement installed before anything else
+                          (default ``torch==2.13.0``, a CPU build here). lmcache
+                          depends on an unpinned torch, so without this pip pulls a
+                          multi-GB CUDA build; vendors point it at their torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2024.4.15"
+nox.options.sessions = ["tests", "generate_and_test"]
+nox.options.reuse_existing_virtualenvs = True
+
+ROOT = Path(__file__).resolve().parent
+TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
+TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8"]
+SAMPLE = {"device_name": "foo"}
+
+
+def render(session: nox.Session, out: Path, answers: dict[str, str]) -> Path:
+    """Render the template with --no-input and ``answers``; return the project directory."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    session.run(
+        "cookiecutter", "--no-input", "-o", str(out), str(ROOT),
+        *(f"{key}={value}" for key, value in answers.items()),
+    )  # fmt: skip
+    (project,) = out.iterdir()
+    return project
+
+
+def inspect_wheel(session: nox.Session, wheel: Path, answers: dict[str, str]) -> None:
+    """Check the built wheel's entry point and metadata before installing it."""
+    device = answers["device_name"]
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
+        entry_points = archive.read(f"{info}/entry_points.txt").decode()
+        metadata = archive.read(f"{info}/METADATA").decode()
+    expected_ep = f"[lmcache.device_plugins]\n{device} = lmcache_{device}.device:{device.capitalize()}DeviceSpec"
+    problems = []
+    if expected_ep not in entry_points:
+        problems.append(f"entry_points.txt lacks {expected_ep!r}:\n{entry_points}")
+    for line in ("Requires-Dist: lmcache==0.5.6", "License-Expression: Apache-2.0", "License-File: LICENSE"):
+        if line not in metadata.splitlines():
+            problems.append(f"METADATA lacks {line!r}")
+    for required in (f"lmcache_{device}/py.typed", f"lmcache_{device}/emulator/csrc/host_device.cpp", f"{info}/licenses/LICENSE"):
+        if required not in names:
+            problems.append(f"wheel lacks {required}")
+    if problems:
+        session.error("wheel check failed:\n  " + "\n  ".join(problems))
+    session.log(f"wheel OK: {wheel.name} ({len(names)} files), entry point {device} -> {device.capitalize()}DeviceSpec")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The template's own tests: renders, refusals, no leftover syntax, compilable output."""
+    session.install(*TEMPLATE_DEPS)
+    session.run("pytest", "-p", "no:cacheprovider", str(ROOT / "tests"), *session.posargs)
+
+
+@nox.session(reuse_venv=True)
+def generate_and_test(session: nox.Session) -> None:
+    """Render foo, build its wheel, install it with CPU torch and lmcache, run its conformance suite."""
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = round(now - clock, 1)
+        clock = now
+
+    # Torch first and pinned: lmcache's own dependency on torch is unpinned.
+    session.install(TORCH)
+    session.install("lmcache==0.5.6", "build", *TEMPLATE_DEPS)
+    lap("install torch + lmcache")
+
+    work = Path(session.create_tmp()).resolve()
+    project = render(session, work / "rendered", SAMPLE)
+    dist = work / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), str(project), silent=True)
+    (wheel,) = dist.glob("*.whl")
+    inspect_wheel(session, wheel, SAMPLE)
+    lap("render + build")
+
+    # Resolve the wheel's dependencies honestly, then force this build's files in
+    # (the version number does not change between runs). Never editable.
+    session.install(f"{wheel}[test]")
+    session.install("--force-reinstall", "--no-deps", str(wheel))
+    session.run("python", "-m", "pip", "check")
+    lap("install wheel")
+
+    # Run from an empty directory so nothing resolves to the source tree.
+    run_dir = work / "run"
+    run_dir.mkdir(exist_ok=True)
+    session.chdir(run_dir)
+    env = {"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1"}
+    session.run(
+        "python", "-c",
+        "import lmcache_foo, sys, sysconfig; p = lmcache_foo.__file__; "
+        "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)",
+        env=env,
+    )  # fmt: skip
+    session.run("python", "-c", "import lmcache_foo.emulator, torch; print('torch.foo devices:', torch.foo.device_count())", env=env)
+    lap("emulator build (cached after the first run)")
+
+    session.run("pytest", "-p", "no:cacheprovider", "-ra", "-v", str(project / "tests"), *session.posargs, env=env)
+    lap("conformance tests")
+    session.log("timings (s): " + json.dumps(timings) + f", total {sum(timings.values()):.1f}")
+
+
+if __name__ == "__main__":
+    sys.exit("run with: nox -s tests generate_and_test")

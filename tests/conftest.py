@@ -1,0 +1,44 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Fixtures for the template's own tests: render the template into a temporary directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cookiecutter.main import cookiecutter
+
+TEMPLATE = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def render(tmp_path: Path) -> Callable[..., Path]:
+    """Render with ``--no-input`` and the given answers; return the project directory."""
+
+    def _render(**answers: str) -> Path:
+        out = tmp_path / "out"
+        return Path(cookiecutter(str(TEMPLATE), no_input=True, extra_context=answers, output_dir=str(out)))
+
+    return _render
+
+
+@pytest.fixture
+def render_cli(tmp_path: Path) -> Callable[..., tuple[subprocess.CompletedProcess[str], Path]]:
+    """Render through the ``cookiecutter`` command line, as a vendor does; return (process, output dir)."""
+
+    def _render(*answers: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+        out = tmp_path / "cli-out"
+        out.mkdir(exist_ok=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "cookiecutter", "--no-input", "-o", str(out), str(TEMPLATE), *answers],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+        return done, out
+
+    return _render

@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Answers that cannot render a working plugin are refused, with the fix, and leave nothing on disk."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+RenderCli = Callable[..., tuple[subprocess.CompletedProcess[str], Path]]
+
+REFUSED = [
+    (["device_name=Foo"], "device_name='Foo' must be a lowercase Python identifier", "device_name='foo'"),
+    (["device_name=foo-bar"], "device_name='foo-bar' must be a lowercase Python identifier", "device_name='foo_bar'"),
+    (["device_name=9foo"], "device_name='9foo'", "for example device_name="),
+    (["device_name=" + "x" * 41], "at most 40 characters", "for example device_name="),
+    (["device_name=class"], "device_name='class' is a Python keyword", "device_name='class_dev'"),
+    (["device_name=cuda"], "device_name='cuda' is one of LMCache's built-in backends", "device_name='acme_cuda'"),
+    (["device_name=rbln"], "built-in backends", "device_name='acme_rbln'"),
+    (["backend_name=npu"], "backend_name='npu' is one of LMCache's built-in backends", "backend_name='acme_npu'"),
+    (["torch_extension_module=torch-foo"], "torch_extension_module='torch-foo' must be an importable module name", "'torch_acme'"),
+    (["import_package=lmcache"], "import_package='lmcache' would shadow the real lmcache", "'lmcache_<device>'"),
+    (["project_slug=lmcache foo"], "project_slug='lmcache foo' must be", "'lmcache-acme-device'"),
+    (["project_slug=parent/lmcache-foo"], "project_slug='parent/lmcache-foo' must be one directory name", "'lmcache-acme-device'"),
+    (["project_slug=Lmcache_Foo"], "project_slug='Lmcache_Foo' must be a distribution name", "'lmcache-acme-device'"),
+    (["class_prefix=foo"], "class_prefix='foo' must be a CamelCase identifier", "'Acme'"),
+    (["author_email=nobody"], "author_email='nobody' must look like", "name@example.com"),
+    (["version=one"], "version='one' must be a PEP 440 version", "'0.1.0'"),
+]
+
+
+@pytest.mark.parametrize(("answers", "problem", "fix"), REFUSED, ids=[a[0].split("=")[0] + ":" + a[0].split("=")[1][:12] for a, _, _ in REFUSED])
+def test_bad_answer_is_refused_with_the_fix_and_nothing_is_written(render_cli: RenderCli, answers: list[str], problem: str, fix: str) -> None:
+    """The hook exits non-zero, says what is wrong and what to type, and the output directory stays empty."""
+    done, out = render_cli(*answers)
+    said = done.stderr + done.stdout
+    assert done.returncode != 0
+    assert problem in said and fix in said, said
+    assert "Nothing was written" in said
+    assert list(out.iterdir()) == []
+
+
+def test_every_problem_is_reported_at_once(render_cli: RenderCli) -> None:
+    """Several bad answers give several messages in one run, not one per attempt."""
+    done, out = render_cli("device_name=cuda", "author_email=x", "version=v1")
+    assert done.returncode != 0
+    assert done.stderr.count("  - ") == 4  # device_name, backend_name (defaults to it), email, version
+    assert list(out.iterdir()) == []
+
+
+def test_answers_are_data_not_code(render_cli: RenderCli, tmp_path: Path) -> None:
+    """A value carrying quotes and Python is refused as a name; the hook never executes it."""
+    marker = tmp_path / "PWNED"
+    payload = f'foo"""; open({str(marker)!r}, "w").close(); x = """'
+    done, out = render_cli(f"device_name={payload}")
+    assert done.returncode != 0
+    assert "must be one directory name" in done.stdout + done.stderr
+    assert not marker.exists()
+    assert list(out.iterdir()) == []
+
+
+def test_answers_reach_the_hook_as_data_not_code(render_cli: RenderCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name that would be valid Python code if pasted into the hook is only ever compared, never run."""
+    marker = tmp_path / "PWNED"
+    monkeypatch.setenv("PWN_MARKER", str(marker))
+    payload = 'foo"""; open(__import__("os").environ["PWN_MARKER"], "w").close(); x = """'
+    done, out = render_cli(f"device_name={payload}", "project_slug=lmcache-foo-device", "import_package=lmcache_foo")
+    assert done.returncode != 0
+    assert "device_name='foo" in done.stderr and "must be a lowercase Python identifier" in done.stderr
+    assert not marker.exists()
+    assert list(out.iterdir()) == []
+
+
+def test_a_valid_custom_answer_set_renders(render_cli: RenderCli) -> None:
+    """The command line a vendor would type renders and exits zero."""
+    done, out = render_cli("device_name=acme", "author_name=Acme Corp.", "author_email=dev@acme.example", "license=MIT")
+    assert done.returncode == 0, done.stderr
+    assert (out / "lmcache-acme-device" / "src" / "lmcache_acme" / "device.py").is_file()

@@ -1,0 +1,141 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What every successful render guarantees, before anything is built or installed."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+LEFTOVER = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
+
+EXPECTED_FILES = {
+    ".cookiecutter.json",
+    "LICENSE",
+    "README.md",
+    "pyproject.toml",
+    "src/lmcache_foo/__init__.py",
+    "src/lmcache_foo/_lmcache_compat.py",
+    "src/lmcache_foo/device.py",
+    "src/lmcache_foo/device_ops.py",
+    "src/lmcache_foo/py.typed",
+    "src/lmcache_foo/emulator/__init__.py",
+    "src/lmcache_foo/emulator/csrc/host_device.cpp",
+    "tests/_support.py",
+    "tests/conftest.py",
+    "tests/e2e_worker.py",
+    "tests/test_discovery.py",
+    "tests/test_e2e_engine_driven.py",
+    "tests/test_ops_parity.py",
+}
+
+
+def files(project: Path) -> set[str]:
+    return {str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()}
+
+
+def pyproject(project: Path) -> dict:
+    return tomllib.loads((project / "pyproject.toml").read_text())
+
+
+def test_default_render_is_the_foo_plugin_with_the_documented_layout(render: Callable[..., Path]) -> None:
+    """``cookiecutter --no-input`` renders lmcache-foo-device/ with exactly the expected files."""
+    project = render()
+    assert project.name == "lmcache-foo-device"
+    assert files(project) == EXPECTED_FILES
+
+
+def test_default_render_leaves_no_template_syntax(render: Callable[..., Path]) -> None:
+    """No rendered file still contains Jinja markers or ``cookiecutter.`` references."""
+    project = render()
+    offenders = {
+        name: LEFTOVER.search((project / name).read_text()).group(0)  # type: ignore[union-attr]
+        for name in files(project)
+        if LEFTOVER.search((project / name).read_text())
+    }
+    assert offenders == {}
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        {},
+        {"device_name": "acme_npu2", "backend_name": "acme_npu2_v2"},
+        {"device_name": "x" * 40, "torch_extension_module": ""},
+        {"device_name": "tpu7", "license": "MIT", "class_prefix": "Tpu7X"},
+        {"device_name": "gaudi9", "license": "BSD-3-Clause", "torch_extension_module": "habana.torch_ext"},
+    ],
+    ids=["default", "digits-underscores", "long-name-builtin-torch", "mit", "bsd-dotted-extension"],
+)
+def test_every_rendered_python_file_compiles(render: Callable[..., Path], answers: dict[str, str]) -> None:
+    """Odd but valid names render into Python that compiles."""
+    project = render(**answers)
+    sources = sorted(project.rglob("*.py"))
+    assert len(sources) >= 10
+    for source in sources:
+        compile(source.read_text(), str(source), "exec")
+
+
+def test_pyproject_declares_the_entry_point_and_pins_the_tested_lmcache(render: Callable[..., Path]) -> None:
+    """The entry point is named backend_name and points to the spec; lmcache is pinned to 0.5.6."""
+    meta = pyproject(render())
+    project = meta["project"]
+    assert project["entry-points"]["lmcache.device_plugins"] == {"foo": "lmcache_foo.device:FooDeviceSpec"}
+    assert project["dependencies"] == ["lmcache==0.5.6"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert meta["tool"]["setuptools"]["packages"]["find"]["where"] == ["src"]
+
+
+def test_backend_name_is_used_for_the_entry_point_and_the_spec(render: Callable[..., Path]) -> None:
+    """A backend name different from the device name reaches both pyproject.toml and device.py."""
+    project = render(device_name="acme", backend_name="acme_v2")
+    assert pyproject(project)["project"]["entry-points"]["lmcache.device_plugins"] == {
+        "acme_v2": "lmcache_acme.device:AcmeDeviceSpec"
+    }
+    device = (project / "src/lmcache_acme/device.py").read_text()
+    assert 'BACKEND_NAME = "acme_v2"' in device and 'DEVICE_TYPE = "acme"' in device
+
+
+def test_spec_module_imports_nothing_from_lmcache_but_device_spec(render: Callable[..., Path]) -> None:
+    """device.py and the compat module keep LMCache imports other than DeviceSpec out of module level."""
+    project = render()
+    for name in ("device.py", "_lmcache_compat.py", "__init__.py"):
+        top_level = [
+            line
+            for line in (project / "src/lmcache_foo" / name).read_text().splitlines()
+            if re.match(r"(from|import) lmcache", line)
+        ]
+        assert top_level in ([], ["from lmcache.v1.platform.base.device_spec import DeviceSpec"]), (name, top_level)
+
+
+@pytest.mark.parametrize(
+    ("license_id", "marker"),
+    [("Apache-2.0", "Apache License"), ("MIT", "MIT License"), ("BSD-3-Clause", "BSD 3-Clause License")],
+)
+def test_license_choice_renders_its_text_and_spdx_headers(render: Callable[..., Path], license_id: str, marker: str) -> None:
+    """The LICENSE text, PEP 639 metadata and every SPDX header agree with the chosen licence."""
+    project = render(license=license_id)
+    assert (project / "LICENSE").read_text().lstrip().startswith(marker)
+    assert pyproject(project)["project"]["license"] == license_id
+    for source in project.rglob("*.py"):
+        assert source.read_text().startswith(f"# SPDX-License-Identifier: {license_id}\n"), source
+
+
+def test_rendered_project_records_its_answers_for_regeneration(render: Callable[..., Path]) -> None:
+    """.cookiecutter.json holds the answers, so the project can be regenerated or updated."""
+    answers = json.loads((render(device_name="acme").joinpath(".cookiecutter.json")).read_text())
+    assert answers["device_name"] == "acme" and answers["import_package"] == "lmcache_acme"
+
+
+def test_todo_markers_sit_where_vendor_code_goes(render: Callable[..., Path]) -> None:
+    """The vendor is pointed at the availability probe, native ops and tensor_from_ptr."""
+    project = render()
+    todos = {
+        path.name: len(re.findall(r"TODO\(vendor\)", path.read_text()))
+        for path in (project / "src/lmcache_foo").glob("*.py")
+    }
+    assert todos["device.py"] >= 1 and todos["device_ops.py"] >= 2
