@@ -36,7 +36,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 ROOT = Path(__file__).resolve().parent
 TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
-TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8"]
+TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "ruff"]
 SAMPLE = {"device_name": "foo"}
 
 
@@ -97,7 +97,7 @@ def generate_and_test(session: nox.Session) -> None:
 
     # Torch first and pinned: lmcache's own dependency on torch is unpinned.
     session.install(TORCH)
-    session.install("lmcache==0.5.6", "build", *TEMPLATE_DEPS)
+    session.install("lmcache==0.5.6", "build", "mypy", *TEMPLATE_DEPS)
     lap("install torch + lmcache")
 
     work = Path(session.create_tmp()).resolve()
@@ -107,7 +107,9 @@ def generate_and_test(session: nox.Session) -> None:
     session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), str(project), silent=True)
     (wheel,) = dist.glob("*.whl")
     inspect_wheel(session, wheel, SAMPLE)
-    lap("render + build")
+    session.run("ruff", "check", "--no-cache", str(project))
+    session.run("mypy", "--ignore-missing-imports", "--cache-dir", str(work / "mypy-cache"), str(project / "src"))
+    lap("render + build + lint")
 
     # Resolve the wheel's dependencies honestly, then force this build's files in
     # (the version number does not change between runs). Never editable.

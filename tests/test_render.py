@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -78,6 +80,16 @@ def test_every_rendered_python_file_compiles(render: Callable[..., Path], answer
     assert len(sources) >= 10
     for source in sources:
         compile(source.read_text(), str(source), "exec")
+
+
+@pytest.mark.parametrize("answers", [{}, {"device_name": "acme_npu2", "license": "MIT"}], ids=["default", "custom"])
+def test_rendered_project_passes_its_own_ruff_configuration(render: Callable[..., Path], answers: dict[str, str]) -> None:
+    """The generated code is lint-clean under the ruff settings it ships with."""
+    ruff = shutil.which("ruff")
+    assert ruff, "ruff is a test dependency of the template (nox installs it)"
+    project = render(**answers)
+    done = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", "."], cwd=project, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_pyproject_declares_the_entry_point_and_pins_the_tested_lmcache(render: Callable[..., Path]) -> None:

@@ -74,7 +74,14 @@ def free_port() -> int:
 class LMCacheServer:
     """A real ``lmcache server`` on 127.0.0.1, started and stopped by PID."""
 
-    def __init__(self, log_path: Path, transfer_mode: str, shm_name: str | None, chunk_size: int, env: Mapping[str, str | None] = ()):
+    def __init__(
+        self,
+        log_path: Path,
+        transfer_mode: str,
+        shm_name: str | None,
+        chunk_size: int,
+        env: Mapping[str, str | None] = (),
+    ):
         self.port = free_port()
         self.http_port = free_port()
         self.log_path = log_path
@@ -96,7 +103,9 @@ class LMCacheServer:
 
     def start(self, ready_timeout: float = 90) -> None:
         log = self.log_path.open("wb")
-        self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        self.process = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -145,7 +154,17 @@ def running_server(log_path: Path, **kwargs: object) -> Iterator[LMCacheServer]:
 class Worker:
     """One ``e2e_worker.py`` rank in its own process (see its docstring for the protocol)."""
 
-    def __init__(self, server_url: str, *, model: str, rank: int, world_size: int, tokens: int, log_path: Path, env: Mapping[str, str | None] = ()):
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        model: str,
+        rank: int,
+        world_size: int,
+        tokens: int,
+        log_path: Path,
+        env: Mapping[str, str | None] = (),
+    ):
         argv = [
             sys.executable, str(WORKER), "--url", server_url, "--model", model,
             "--rank", str(rank), "--world-size", str(world_size), "--tokens", str(tokens),
@@ -203,7 +222,14 @@ class Worker:
 def workers(server_url: str, log_dir: Path, *, model: str, world_size: int, tokens: int) -> Iterator[list[Worker]]:
     """``world_size`` worker ranks, each in its own process, always stopped afterwards."""
     started = [
-        Worker(server_url, model=model, rank=rank, world_size=world_size, tokens=tokens, log_path=log_dir / f"rank{rank}.log")
+        Worker(
+            server_url,
+            model=model,
+            rank=rank,
+            world_size=world_size,
+            tokens=tokens,
+            log_path=log_dir / f"rank{rank}.log",
+        )
         for rank in range(world_size)
     ]
     try:

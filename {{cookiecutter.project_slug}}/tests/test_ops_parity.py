@@ -9,10 +9,9 @@ resolve the ops from the KV tensors' device: {{ cookiecutter.device_name }} tens
 
 from __future__ import annotations
 
+import lmcache  # noqa: F401 - builds the registry with conftest's environment
 import pytest
 import torch
-
-import lmcache  # noqa: F401 - builds the registry with conftest's environment
 from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu, scatter_cpu_to_paged_kv
 from lmcache.v1.platform import resolve_device_ops
 
@@ -40,7 +39,8 @@ def on_device(kv: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and torch.equal(a.cpu().contiguous().view(torch.uint8), b.cpu().contiguous().view(torch.uint8))
+    as_bytes = [t.cpu().contiguous().view(torch.uint8) for t in (a, b)]
+    return a.shape == b.shape and torch.equal(*as_bytes)
 
 
 def test_kv_tensors_of_this_device_resolve_to_the_plugin_ops() -> None:
@@ -57,7 +57,7 @@ def test_gather_d2h_matches_the_cpu_baseline(layout: str, dtype: torch.dtype) ->
     expected = gather_paged_kv_to_cpu(kv_cpu, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
     got = gather_paged_kv_to_cpu(on_device(kv_cpu), BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
     assert len(got) == len(expected) == len(BLOCK_IDS) // BLOCKS_PER_CHUNK
-    for chunk_got, chunk_expected in zip(got, expected):
+    for chunk_got, chunk_expected in zip(got, expected, strict=True):
         assert chunk_got.device.type == "cpu"
         assert same_bytes(chunk_got, chunk_expected)
 
@@ -67,11 +67,14 @@ def test_gather_d2h_matches_the_cpu_baseline(layout: str, dtype: torch.dtype) ->
 def test_scatter_h2d_matches_the_cpu_baseline(layout: str, skip_tokens: int) -> None:
     """multi_layer_block_kv_transfer H2D, with skipped prefix blocks: device KV equals the CPU result."""
     shape, hints = LAYOUTS[layout]
-    chunks = gather_paged_kv_to_cpu(random_kv(shape, torch.float16, seed=2), BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
-    kv_cpu = {name: torch.zeros_like(t) for name, t in random_kv(shape, torch.float16, seed=3).items()}
+    source = random_kv(shape, torch.float16, seed=2)
+    chunks = gather_paged_kv_to_cpu(source, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
+    kv_cpu = {name: torch.zeros_like(t) for name, t in source.items()}
     kv_dev = on_device(kv_cpu)
-    scatter_cpu_to_paged_kv(kv_cpu, BLOCK_IDS, chunks, BLOCKS_PER_CHUNK, skip_first_n_tokens=skip_tokens, layout_hints=hints)
-    scatter_cpu_to_paged_kv(kv_dev, BLOCK_IDS, chunks, BLOCKS_PER_CHUNK, skip_first_n_tokens=skip_tokens, layout_hints=hints)
+    for kv in (kv_cpu, kv_dev):
+        scatter_cpu_to_paged_kv(
+            kv, BLOCK_IDS, chunks, BLOCKS_PER_CHUNK, skip_first_n_tokens=skip_tokens, layout_hints=hints
+        )
     assert any(t.any() for t in kv_cpu.values())
     for name in kv_cpu:
         assert kv_dev[name].device.type == DEVICE
@@ -114,7 +117,8 @@ def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str) -> N
 def test_tensor_from_ptr_aliases_device_memory() -> None:
     """tensor_from_ptr returns a view of the same device memory, not a copy."""
     base = torch.arange(64, dtype=torch.float32).to(DEVICE)
-    view = resolve_device_ops(DEVICE).tensor_from_ptr(base.data_ptr() + 16 * 4, (4, 8), torch.float32, torch.device(DEVICE))
+    ops = resolve_device_ops(DEVICE)
+    view = ops.tensor_from_ptr(base.data_ptr() + 16 * 4, (4, 8), torch.float32, torch.device(DEVICE))
     assert view.device.type == DEVICE and view.data_ptr() == base.data_ptr() + 64
     assert same_bytes(view, base.cpu()[16:48].reshape(4, 8))
     view.fill_(-1)

@@ -68,7 +68,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             target = torch.device(target.type, getattr(torch, TORCH_MODULE_NAME).current_device())
         nbytes = math.prod(shape) * dtype.itemsize
         storage = torch._C._construct_storage_from_data_pointer(ptr, target, nbytes)
-        return torch.empty(0, dtype=dtype, device=target).set_(storage, 0, shape)
+        return torch.empty(0, dtype=dtype, device=target).set_(storage, 0, shape, _contiguous_strides(shape))
 
     def lmcache_memcpy_async(
         self,
@@ -104,3 +104,11 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             host_view.copy_(device_view, non_blocking=True)
         else:
             device_view.copy_(host_view, non_blocking=True)
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))

@@ -39,24 +39,35 @@ DEVICE_COUNT_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_DEVICES"
 _SOURCE = Path(__file__).with_name("csrc") / "host_device.cpp"
 
 
-def _build_directory() -> Path:
-    """A build cache keyed by torch version and source hash, so upgrades rebuild."""
-    digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
+def _cached_source() -> Path:
+    """A copy of the C++ source in a build cache keyed by torch version and source hash.
+
+    Compiling the copy (not the installed file) keeps its mtime stable, so a
+    reinstalled wheel with the same source does not trigger a rebuild.
+    """
+    text = _SOURCE.read_bytes()
+    digest = hashlib.sha256(text).hexdigest()[:12]
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     tag = f"torch-{torch.__version__}-{digest}".replace("+", "_")
-    path = base / "{{ cookiecutter.import_package }}_emulator" / tag
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    build_dir = base / "{{ cookiecutter.import_package }}_emulator" / tag
+    build_dir.mkdir(parents=True, exist_ok=True)
+    copy = build_dir / _SOURCE.name
+    if not copy.exists() or copy.read_bytes() != text:
+        partial = copy.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_bytes(text)
+        os.replace(partial, copy)  # atomic: concurrent first imports are safe
+    return copy
 
 
 def _load_extension() -> Any:
     from torch.utils.cpp_extension import load
 
+    source = _cached_source()
     return load(
         name="{{ cookiecutter.import_package }}_host_device",
-        sources=[str(_SOURCE)],
+        sources=[str(source)],
         extra_cflags=["-O2"],
-        build_directory=str(_build_directory()),
+        build_directory=str(source.parent),
         verbose=False,
     )
 
