@@ -40,13 +40,13 @@ _SOURCE = Path(__file__).with_name("csrc") / "host_device.cpp"
 
 
 def _cached_source() -> Path:
-    """A copy of the C++ source in a build cache keyed by torch version and source hash.
+    """A copy of the C++ source in a build cache keyed by torch (version, location) and source hash.
 
     Compiling the copy (not the installed file) keeps its mtime stable, so a
     reinstalled wheel with the same source does not trigger a rebuild.
     """
     text = _SOURCE.read_bytes()
-    digest = hashlib.sha256(text).hexdigest()[:12]
+    digest = hashlib.sha256(text + torch.__file__.encode()).hexdigest()[:12]
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     tag = f"torch-{torch.__version__}-{digest}".replace("+", "_")
     build_dir = base / "{{ cookiecutter.import_package }}_emulator" / tag
