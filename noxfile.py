@@ -6,10 +6,11 @@
 
 Sessions:
   tests              the template's own tests (render, refuse, compile); fast.
-  generate_and_test  render the sample ``foo`` backend, build its wheel, install it
-                     into a fresh environment with real torch (CPU) and lmcache, and
-                     run the rendered conformance suite, end to end against a real
-                     ``lmcache server`` on 127.0.0.1.
+  generate_and_test  render the sample ``foo`` backend in each variant (engine-driven
+                     only; LMCache-driven as the default; LMCache-driven opt-in),
+                     build its wheel, install it into a fresh environment with real
+                     torch (CPU) and lmcache, and run the rendered conformance suite,
+                     end to end against a real ``lmcache server`` on 127.0.0.1.
 
 Configuration (environment variables):
   LMCACHE_TEMPLATE_TORCH  the torch requirement installed before anything else
@@ -37,7 +38,13 @@ nox.options.reuse_existing_virtualenvs = True
 ROOT = Path(__file__).resolve().parent
 TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
 TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "ruff"]
-SAMPLE = {"device_name": "foo"}
+#: The sample backends generate_and_test proves, one after another in one environment.
+VARIANTS = {
+    "engine-driven": {"device_name": "foo", "lmcache_driven": "no"},
+    "lmcache-driven-default": {"device_name": "foo", "lmcache_driven": "default"},
+    "lmcache-driven-opt-in": {"device_name": "foo", "lmcache_driven": "opt_in"},
+}
+LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "event_ipc.py", "pin_memory.py")
 
 
 def render(session: nox.Session, out: Path, answers: dict[str, str]) -> Path:
@@ -71,6 +78,10 @@ def inspect_wheel(session: nox.Session, wheel: Path, answers: dict[str, str]) ->
     for required in (f"lmcache_{device}/py.typed", f"lmcache_{device}/emulator/csrc/host_device.cpp", f"{info}/licenses/LICENSE"):
         if required not in names:
             problems.append(f"wheel lacks {required}")
+    lmcache_driven = answers.get("lmcache_driven", "no") != "no"
+    for module in LMCACHE_DRIVEN_MODULES:
+        if (f"lmcache_{device}/{module}" in names) != lmcache_driven:
+            problems.append(f"{module} {'missing' if lmcache_driven else 'should not be rendered'}")
     if problems:
         session.error("wheel check failed:\n  " + "\n  ".join(problems))
     session.log(f"wheel OK: {wheel.name} ({len(names)} files), entry point {device} -> {device.capitalize()}DeviceSpec")
@@ -85,7 +96,14 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(reuse_venv=True)
 def generate_and_test(session: nox.Session) -> None:
-    """Render foo, build its wheel, install it with CPU torch and lmcache, run its conformance suite."""
+    """Render each foo variant, build its wheel, install it with CPU torch and lmcache, run its conformance suite.
+
+    Posargs select variants by name (default: all): nox -s generate_and_test -- engine-driven
+    """
+    unknown = set(session.posargs) - set(VARIANTS)
+    if unknown:
+        session.error(f"unknown variant(s) {sorted(unknown)}; choose from {sorted(VARIANTS)}")
+    selected = [name for name in VARIANTS if not session.posargs or name in session.posargs]
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -99,9 +117,17 @@ def generate_and_test(session: nox.Session) -> None:
     session.install(TORCH)
     session.install("lmcache==0.5.6", "build", "mypy", *TEMPLATE_DEPS)
     lap("install torch + lmcache")
-
     work = Path(session.create_tmp()).resolve()
-    project = render(session, work / "rendered", SAMPLE)
+    for name in selected:
+        prove_variant(session, work / name, VARIANTS[name])
+        lap(name)
+    session.log("timings (s): " + json.dumps(timings) + f", total {sum(timings.values()):.1f}")
+
+
+def prove_variant(session: nox.Session, work: Path, answers: dict[str, str]) -> None:
+    """Render, lint, build, inspect, install (never editable) and run the rendered suite for one variant."""
+    session.log(f"=== variant {answers}")
+    project = render(session, work / "rendered", answers)
     # The render lives under .nox/, which .gitignore lists: tell ruff to lint it anyway.
     session.run("ruff", "check", "--no-cache", "--no-respect-gitignore", "--show-files", str(project))
     session.run("ruff", "check", "--no-cache", "--no-respect-gitignore", str(project))
@@ -110,33 +136,27 @@ def generate_and_test(session: nox.Session) -> None:
     shutil.rmtree(dist, ignore_errors=True)
     session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), str(project), silent=True)
     (wheel,) = dist.glob("*.whl")
-    inspect_wheel(session, wheel, SAMPLE)
-    lap("render + build + lint")
+    inspect_wheel(session, wheel, answers)
 
     # Resolve the wheel's dependencies honestly, then force this build's files in
-    # (the version number does not change between runs). Never editable.
+    # (every variant has the same name and version). Never editable.
     session.install(f"{wheel}[test]")
     session.install("--force-reinstall", "--no-deps", str(wheel))
     session.run("python", "-m", "pip", "check")
-    lap("install wheel")
 
     # Run from an empty directory so nothing resolves to the source tree.
     run_dir = work / "run"
-    run_dir.mkdir(exist_ok=True)
-    session.chdir(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
     env = {"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1"}
-    session.run(
-        "python", "-c",
-        "import lmcache_foo, sys, sysconfig; p = lmcache_foo.__file__; "
-        "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)",
-        env=env,
-    )  # fmt: skip
-    session.run("python", "-c", "import lmcache_foo.emulator, torch; print('torch.foo devices:', torch.foo.device_count())", env=env)
-    lap("emulator build (cached after the first run)")
-
-    session.run("pytest", "-p", "no:cacheprovider", "-ra", "-v", str(project / "tests"), *session.posargs, env=env)
-    lap("conformance tests")
-    session.log("timings (s): " + json.dumps(timings) + f", total {sum(timings.values()):.1f}")
+    with session.chdir(run_dir):
+        session.run(
+            "python", "-c",
+            "import lmcache_foo, sysconfig; p = lmcache_foo.__file__; "
+            "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)",
+            env=env,
+        )  # fmt: skip
+        session.run("python", "-c", "import lmcache_foo.emulator, torch; print('torch.foo devices:', torch.foo.device_count())", env=env)
+        session.run("pytest", "-p", "no:cacheprovider", "-ra", "-v", str(project / "tests"), env=env)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,12 @@ EXPECTED_FILES = {
     "tests/e2e_worker.py",
     "tests/test_discovery.py",
     "tests/test_e2e_engine_driven.py",
+    "tests/test_e2e_lmcache_driven.py",
+    "tests/test_lmcache_driven.py",
     "tests/test_ops_parity.py",
+}
+LMCACHE_DRIVEN_FILES = {
+    f"src/lmcache_foo/{name}.py" for name in ("ipc_wrapper", "cache_context", "event_ipc", "pin_memory")
 }
 
 
@@ -51,9 +56,24 @@ def test_default_render_is_the_foo_plugin_with_the_documented_layout(render: Cal
     assert files(project) == EXPECTED_FILES
 
 
-def test_default_render_leaves_no_template_syntax(render: Callable[..., Path]) -> None:
+@pytest.mark.parametrize("choice", ["opt_in", "default"])
+def test_lmcache_driven_choice_adds_exactly_the_ipc_modules(render: Callable[..., Path], choice: str) -> None:
+    """Asking for LMCache-driven support adds the wrapper, cache context, event and pin modules, nothing else."""
+    assert files(render(lmcache_driven=choice)) == EXPECTED_FILES | LMCACHE_DRIVEN_FILES
+
+
+@pytest.mark.parametrize(("choice", "default_mode"), [("opt_in", "ENGINE_DRIVEN"), ("default", "LMCACHE_DRIVEN")])
+def test_lmcache_driven_choice_sets_what_auto_means(render: Callable[..., Path], choice: str, default_mode: str) -> None:
+    """opt_in keeps auto on engine-driven; default makes auto LMCache-driven."""
+    device = (render(lmcache_driven=choice) / "src/lmcache_foo/device.py").read_text()
+    assert f"return MPTransferMode.{default_mode}" in device
+    assert "def is_lmcache_driven_available(self) -> bool:" in device and "        return True" in device
+
+
+@pytest.mark.parametrize("choice", ["no", "opt_in", "default"])
+def test_default_render_leaves_no_template_syntax(render: Callable[..., Path], choice: str) -> None:
     """No rendered file still contains Jinja markers or ``cookiecutter.`` references."""
-    project = render()
+    project = render(lmcache_driven=choice)
     offenders = {
         name: LEFTOVER.search((project / name).read_text()).group(0)  # type: ignore[union-attr]
         for name in files(project)
@@ -70,8 +90,10 @@ def test_default_render_leaves_no_template_syntax(render: Callable[..., Path]) -
         {"device_name": "x" * 40, "torch_extension_module": ""},
         {"device_name": "tpu7", "license": "MIT", "class_prefix": "Tpu7X"},
         {"device_name": "gaudi9", "license": "BSD-3-Clause", "torch_extension_module": "habana.torch_ext"},
+        {"device_name": "acme_npu2", "lmcache_driven": "default"},
+        {"device_name": "tpu7", "lmcache_driven": "opt_in", "class_prefix": "Tpu7X"},
     ],
-    ids=["default", "digits-underscores", "long-name-builtin-torch", "mit", "bsd-dotted-extension"],
+    ids=["default", "digits-underscores", "long-name-builtin-torch", "mit", "bsd-dotted-extension", "ld-default", "ld-opt-in"],
 )
 def test_every_rendered_python_file_compiles(render: Callable[..., Path], answers: dict[str, str]) -> None:
     """Odd but valid names render into Python that compiles."""
@@ -82,7 +104,11 @@ def test_every_rendered_python_file_compiles(render: Callable[..., Path], answer
         compile(source.read_text(), str(source), "exec")
 
 
-@pytest.mark.parametrize("answers", [{}, {"device_name": "acme_npu2", "license": "MIT"}], ids=["default", "custom"])
+@pytest.mark.parametrize(
+    "answers",
+    [{}, {"device_name": "acme_npu2", "license": "MIT"}, {"lmcache_driven": "default"}, {"lmcache_driven": "opt_in"}],
+    ids=["default", "custom", "ld-default", "ld-opt-in"],
+)
 def test_rendered_project_passes_its_own_ruff_configuration(render: Callable[..., Path], answers: dict[str, str]) -> None:
     """The generated code is lint-clean under the ruff settings it ships with."""
     ruff = shutil.which("ruff")
@@ -112,16 +138,21 @@ def test_backend_name_is_used_for_the_entry_point_and_the_spec(render: Callable[
     assert 'BACKEND_NAME = "acme_v2"' in device and 'DEVICE_TYPE = "acme"' in device
 
 
-def test_spec_module_imports_nothing_from_lmcache_but_device_spec(render: Callable[..., Path]) -> None:
-    """device.py and the compat module keep LMCache imports other than DeviceSpec out of module level."""
-    project = render()
+@pytest.mark.parametrize("choice", ["no", "default"])
+def test_spec_module_imports_nothing_from_lmcache_but_device_spec(render: Callable[..., Path], choice: str) -> None:
+    """device.py and the compat module keep LMCache imports out of module level, except DeviceSpec
+    and (for LMCache-driven support) the discovery-safe wire codec module."""
+    project = render(lmcache_driven=choice)
+    allowed = {"from lmcache.v1.platform.base.device_spec import DeviceSpec"}
+    if choice != "no":
+        allowed.add("from lmcache.v1.platform.base import ipc_wire  # noqa: E402 - msgspec and torch only: safe during discovery")
     for name in ("device.py", "_lmcache_compat.py", "__init__.py"):
-        top_level = [
+        top_level = {
             line
             for line in (project / "src/lmcache_foo" / name).read_text().splitlines()
             if re.match(r"(from|import) lmcache", line)
-        ]
-        assert top_level in ([], ["from lmcache.v1.platform.base.device_spec import DeviceSpec"]), (name, top_level)
+        }
+        assert top_level <= allowed, (name, top_level - allowed)
 
 
 @pytest.mark.parametrize(

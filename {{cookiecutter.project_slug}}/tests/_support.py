@@ -97,7 +97,9 @@ class LMCacheServer:
             "--supported-transfer-mode", transfer_mode,
         ]  # fmt: skip
         if shm_name:
-            self.argv += ["--shm-name", shm_name]
+            # The SHM pool needs a non-lazy L1; LMCache keeps L1 lazy (and silently
+            # serves engine-driven workers by pickle) when the device can pin memory.
+            self.argv += ["--shm-name", shm_name, "--no-l1-use-lazy"]
         self.env = child_env(env)
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -163,10 +165,11 @@ class Worker:
         world_size: int,
         tokens: int,
         log_path: Path,
+        mode: str = "engine_driven",
         env: Mapping[str, str | None] = (),
     ):
         argv = [
-            sys.executable, str(WORKER), "--url", server_url, "--model", model,
+            sys.executable, str(WORKER), "--url", server_url, "--model", model, "--mode", mode,
             "--rank", str(rank), "--world-size", str(world_size), "--tokens", str(tokens),
         ]  # fmt: skip
         self.log_path = log_path
@@ -219,7 +222,9 @@ class Worker:
 
 
 @contextmanager
-def workers(server_url: str, log_dir: Path, *, model: str, world_size: int, tokens: int) -> Iterator[list[Worker]]:
+def workers(
+    server_url: str, log_dir: Path, *, model: str, world_size: int, tokens: int, mode: str = "engine_driven"
+) -> Iterator[list[Worker]]:
     """``world_size`` worker ranks, each in its own process, always stopped afterwards."""
     started = [
         Worker(
@@ -229,6 +234,7 @@ def workers(server_url: str, log_dir: Path, *, model: str, world_size: int, toke
             world_size=world_size,
             tokens=tokens,
             log_path=log_dir / f"rank{rank}.log",
+            mode=mode,
         )
         for rank in range(world_size)
     ]
@@ -261,6 +267,24 @@ class Scheduler:
             extra_config={"lmcache.mp.mq_timeout": mq_timeout, "lmcache.mp.heartbeat_interval": 1.0},
         )
         self.mq_timeout = mq_timeout
+
+    def lookup_until(
+        self, request_prefix: str, tokens: list[int], expected: int, timeout: float = 20.0
+    ) -> tuple[str, int]:
+        """Look up with fresh request ids until ``expected`` tokens hit (LMCache-driven stores commit
+        asynchronously); returns the request id whose lookup holds the read locks, and the hit."""
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            request_id = f"{request_prefix}-{attempt}"
+            hit = self.lookup(request_id, tokens)
+            if hit >= expected or time.monotonic() > deadline:
+                return request_id, hit
+            if hit:  # a partial hit holds read locks on the chunks it found
+                self.adapter.free_lookup_locks(tokens, 0, hit, request_id)
+            self.end_session(request_id)
+            attempt += 1
+            time.sleep(0.02)
 
     def lookup(self, request_id: str, tokens: list[int]) -> int:
         """Hit tokens for ``tokens`` (prefix, all ranks); also read-locks them for one retrieve."""

@@ -34,3 +34,30 @@ def pytest_report_header() -> list[str]:
         f"{{ cookiecutter.__emulator_env_var }}={os.environ['{{ cookiecutter.__emulator_env_var }}']} "
         f"LMCACHE_DEVICE_BACKEND={os.environ.get('LMCACHE_DEVICE_BACKEND')}",
     ]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spec():  # type: ignore[no-untyped-def]
+    """The DeviceSpec LMCache registered for this backend (in this process's registry)."""
+    from lmcache.v1.platform import get_device_spec
+
+    found = get_device_spec("{{ cookiecutter.device_name }}")
+    assert found is not None and found.backend_name == "{{ cookiecutter.backend_name }}"
+    return found
+
+
+@pytest.fixture
+def lmcache_driven(spec):  # type: ignore[no-untyped-def]
+    """Skip unless the spec declares LMCache-driven transfer (IPC wrapper, events, cache context)."""
+    if not spec.is_lmcache_driven_available() or spec.ipc_wrapper_cls is None:
+        pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer (engine-driven only)")
+    return spec
+
+
+def on_emulator() -> bool:
+    import torch
+
+    return bool(getattr(getattr(torch, "{{ cookiecutter.__torch_module_name }}", None), "is_emulator", False))

@@ -73,7 +73,7 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
         strategy,
         extra_config={
             "lmcache.mp.mq_timeout": args.mq_timeout,
-            "lmcache.mp.mp_transfer_mode": "engine_driven",
+            "lmcache.mp.mp_transfer_mode": args.mode,
             "lmcache.mp.heartbeat_interval": 1.0,
         },
     )
@@ -95,6 +95,7 @@ def main() -> int:
     parser.add_argument("--model", default="e2e-model")
     parser.add_argument("--device", default="{{ cookiecutter.device_name }}")
     parser.add_argument("--mq-timeout", type=float, default=20.0)
+    parser.add_argument("--mode", default="engine_driven", choices=["engine_driven", "lmcache_driven", "auto"])
     args = parser.parse_args()
     # The test sends SIGUSR1 before killing a stalled worker: the stacks land in its log.
     faulthandler.register(signal.SIGUSR1, all_threads=True)

@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING
 from ._lmcache_compat import DeviceSpec
 
 if TYPE_CHECKING:
+{%- if cookiecutter.lmcache_driven == 'no' %}
     from ._lmcache_compat import DeviceOps
+{%- else %}
+    from ._lmcache_compat import BaseCacheContext, DeviceOps, MPTransferMode, PinMemoryBackend
+    from .event_ipc import {{ cookiecutter.class_prefix }}EventIPCBackend
+    from .ipc_wrapper import {{ cookiecutter.class_prefix }}IPCWrapper
+{%- endif %}
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +56,7 @@ def torch_extension_module() -> str:
 
 
 class {{ cookiecutter.class_prefix }}DeviceSpec(DeviceSpec):
-    """{{ cookiecutter.device_name }} device specification for LMCache's registry (engine-driven transfer)."""
+    """{{ cookiecutter.device_name }} device specification for LMCache's registry{% if cookiecutter.lmcache_driven == 'no' %} (engine-driven transfer){% endif %}."""
 
     @property
     def device_type(self) -> str:
@@ -94,6 +100,7 @@ class {{ cookiecutter.class_prefix }}DeviceSpec(DeviceSpec):
             logger.debug("%s backend unavailable: %r", BACKEND_NAME, exc)
             return False
 
+{%- if cookiecutter.lmcache_driven == 'no' %}
     def is_lmcache_driven_available(self) -> bool:
         """False: this backend supports engine-driven transfer only.
 
@@ -105,3 +112,68 @@ class {{ cookiecutter.class_prefix }}DeviceSpec(DeviceSpec):
         default; lmcache {{ cookiecutter._lmcache_tested }} renamed it and defaults to False.)
         """
         return False
+{%- else %}
+    # ---- LMCache-driven transfer: the server maps the worker's KV caches ----
+    # (the guide's ``is_handle_transfer_available``; lmcache {{ cookiecutter._lmcache_tested }} renamed it)
+
+    _event_backend_cache: {{ cookiecutter.class_prefix }}EventIPCBackend | None = None
+
+    def is_lmcache_driven_available(self) -> bool:
+        """True: workers can hand KV caches to the server as device IPC handles.
+
+        TODO(vendor): if IPC memory or interprocess events depend on the driver,
+        firmware or container setup, probe that here (cheaply; never raise).
+        """
+        return True
+
+    def default_mp_transfer_mode(self) -> MPTransferMode:
+        """What transfer mode ``auto`` means for this device.
+{% if cookiecutter.lmcache_driven == 'opt_in' %}
+        Engine-driven: LMCache-driven must be asked for explicitly
+        (``LMCACHE_MP_TRANSFER_MODE=lmcache_driven`` or the connector's
+        ``lmcache.mp.mp_transfer_mode``), as LMCache does for CPU and MUSA. Choose
+        this while the IPC path is new on your hardware: deployments keep the
+        simpler path until they opt in.
+        """
+        from ._lmcache_compat import MPTransferMode
+
+        return MPTransferMode.ENGINE_DRIVEN
+{%- else %}
+        LMCache-driven, as LMCache does for CUDA and NPU: the server pulls KV
+        through IPC handles without the worker's gather/scatter copies. Workers
+        can still ask for ``engine_driven`` explicitly.
+        """
+        from ._lmcache_compat import MPTransferMode
+
+        return MPTransferMode.LMCACHE_DRIVEN
+{%- endif %}
+
+    @property
+    def ipc_wrapper_cls(self) -> type[{{ cookiecutter.class_prefix }}IPCWrapper]:
+        from .ipc_wrapper import {{ cookiecutter.class_prefix }}IPCWrapper
+
+        return {{ cookiecutter.class_prefix }}IPCWrapper
+
+    @property
+    def event_ipc_backend(self) -> {{ cookiecutter.class_prefix }}EventIPCBackend:
+        """The event-IPC backend, created once: request futures query it repeatedly."""
+        backend = self._event_backend_cache
+        if backend is None:
+            from .event_ipc import {{ cookiecutter.class_prefix }}EventIPCBackend
+
+            backend = {{ cookiecutter.class_prefix }}EventIPCBackend()
+            self._event_backend_cache = backend
+        return backend
+
+    @property
+    def pin_memory_backend(self) -> type[PinMemoryBackend]:
+        from .pin_memory import {{ cookiecutter.class_prefix }}PinMemoryBackend
+
+        return {{ cookiecutter.class_prefix }}PinMemoryBackend
+
+    def create_cache_context(self, *args: object, **kwargs: object) -> BaseCacheContext:
+        """The server's view of one worker's KV caches (LMCache passes seven positional arguments)."""
+        from .cache_context import {{ cookiecutter.class_prefix }}CacheContext
+
+        return {{ cookiecutter.class_prefix }}CacheContext(*args, **kwargs)  # type: ignore[arg-type]
+{%- endif %}

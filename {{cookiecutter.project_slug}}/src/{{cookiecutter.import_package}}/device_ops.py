@@ -11,6 +11,13 @@ for a non-CUDA device:
 * ``lmcache_memcpy_async`` with raw pointers: the baseline calls ``cudaMemcpy``
   through libcudart whenever that library can be loaded, which cannot address
   {{ cookiecutter.device_name }} memory.
+{%- if cookiecutter.lmcache_driven != 'no' %}
+* ``multi_layer_block_kv_transfer`` with raw pointers (LMCache-driven server):
+  the baseline rebuilds the chunk objects as CPU tensors, but the server passes
+  addresses in its {{ cookiecutter.device_name }} staging buffer;
+* ``record_completion_on_stream`` / ``record_event_on_stream``: the baseline
+  publishes at once, before queued device work has finished.
+{%- endif %}
 
 Imported lazily by ``{{ cookiecutter.class_prefix }}DeviceSpec.ops_cls``, after ``import lmcache`` finished.
 """
@@ -23,8 +30,24 @@ from typing import ClassVar
 
 import torch
 
+{% if cookiecutter.lmcache_driven != 'no' -%}
+from ._lmcache_compat import (
+    DeviceOps,
+    EngineKVFormat,
+    PageBufferShapeDesc,
+    TransferDirection,
+    init_logger,
+    torch_ops,
+)
+{%- else -%}
 from ._lmcache_compat import DeviceOps, TransferDirection, torch_ops
+{%- endif %}
 from .device import DEVICE_TYPE, TORCH_MODULE_NAME
+{%- if cookiecutter.lmcache_driven != 'no' %}
+
+logger = init_logger(__name__)
+_announced_pointer_mode = False
+{%- endif %}
 
 
 class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
@@ -104,6 +127,107 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             host_view.copy_(device_view, non_blocking=True)
         else:
             device_view.copy_(host_view, non_blocking=True)
+
+{%- if cookiecutter.lmcache_driven != 'no' %}
+
+    def multi_layer_block_kv_transfer(
+        self,
+        paged_buffer_ptrs_tensor: torch.Tensor | list,
+        lmcache_objects_ptrs: list[int] | list[torch.Tensor],
+        block_ids: torch.Tensor | list[int],
+        device: torch.device | str,
+        direction: TransferDirection,
+        shape_desc: PageBufferShapeDesc,
+        lmcache_chunk_size: int,
+        engine_kv_format: EngineKVFormat,
+        skip_prefix_n_blocks: int,
+    ) -> None:
+        """Gather (D2H) or scatter (H2D) whole KV blocks between paged caches and chunk objects.
+
+        Keep this exact signature, annotations included: LMCache's engine-driven
+        path reads the annotation of ``lmcache_objects_ptrs`` to decide whether
+        it may pass tensors, and falls back to raw pinned pointers otherwise.
+
+        With raw pointers (the LMCache-driven server), the chunk objects are in
+        the cache context's {{ cookiecutter.device_name }} staging buffer, so they are rebuilt here as
+        device tensors; then the torch baseline does the copy.
+        TODO(vendor): call your device kernel here once you have one.
+        """
+        objects: list[torch.Tensor] | list[int] = lmcache_objects_ptrs
+        if lmcache_objects_ptrs and isinstance(lmcache_objects_ptrs[0], int):
+            _announce_pointer_mode()
+            objects = self._device_chunks(
+                lmcache_objects_ptrs, shape_desc, lmcache_chunk_size, engine_kv_format, torch.device(device)
+            )
+        torch_ops.multi_layer_block_kv_transfer(
+            paged_buffer_ptrs_tensor,
+            objects,
+            block_ids,
+            device,
+            direction,
+            shape_desc,
+            lmcache_chunk_size,
+            engine_kv_format,
+            skip_prefix_n_blocks,
+        )
+
+    def _device_chunks(
+        self,
+        addresses: list[int],
+        shape_desc: PageBufferShapeDesc,
+        chunk_tokens: int,
+        engine_kv_format: EngineKVFormat,
+        device: torch.device,
+    ) -> list[torch.Tensor]:
+        """Chunk objects at device ``addresses``, shaped as LMCache lays them out."""
+        # Imported at call time: the KV-format registry imports lmcache.device_ops,
+        # which is being created while this module loads.
+        from ._lmcache_compat import infer_kv_dtype, kv_format_spec
+
+        spec = kv_format_spec(engine_kv_format)
+        nl, nh, hs = int(shape_desc.nl), int(shape_desc.nh), int(shape_desc.hs)
+        if spec.is_mla:
+            shape: tuple[int, ...] = (nl, chunk_tokens, hs)
+        elif spec.is_fused_packed or spec.is_single_kv:
+            shape = (nl, chunk_tokens, nh * hs)
+        else:
+            shape = (2, nl, chunk_tokens, nh * hs)
+        dtype = infer_kv_dtype(None, None, shape_desc)
+        return [self.tensor_from_ptr(address, shape, dtype, device) for address in addresses]
+
+    def record_completion_on_stream(self, cuda_stream_ptr: int, kind: str, payload: bytes) -> None:
+        """Publish a completion only after the work queued before it has finished.
+
+        TODO(vendor): enqueue a host callback on the stream ``cuda_stream_ptr``
+        instead of synchronizing the device.
+        """
+        getattr(torch, TORCH_MODULE_NAME).synchronize()
+        torch_ops.record_completion_on_stream(cuda_stream_ptr, kind, payload)
+
+    def record_event_on_stream(
+        self,
+        cuda_stream_ptr: int,
+        event_type_name: str,
+        session_id: str,
+        str_metadata: dict[str, str],
+        int_metadata: dict[str, int],
+    ) -> None:
+        """Publish an observability event after the queued device work (see above)."""
+        getattr(torch, TORCH_MODULE_NAME).synchronize()
+        torch_ops.record_event_on_stream(cuda_stream_ptr, event_type_name, session_id, str_metadata, int_metadata)
+
+{%- endif %}
+
+{%- if cookiecutter.lmcache_driven != 'no' %}
+
+
+def _announce_pointer_mode() -> None:
+    """Log once per process that LMCache drove this plugin's ops with device pointers (the server side)."""
+    global _announced_pointer_mode
+    if not _announced_pointer_mode:
+        _announced_pointer_mode = True
+        logger.info("{{ cookiecutter.class_prefix }}DeviceOps: serving pointer-mode multi_layer_block_kv_transfer")
+{%- endif %}
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

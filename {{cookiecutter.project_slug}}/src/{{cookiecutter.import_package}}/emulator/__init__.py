@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import struct
 import types
 import uuid
 from collections.abc import Iterator
@@ -108,16 +109,57 @@ class Stream(torch.Stream):
 
 
 class Event(torch.Event):
-    """An event on the emulated device (always complete once recorded)."""
+    """An event on the emulated device (always complete once recorded).
+
+    Supports the CUDA-style IPC calls LMCache's ``DefaultEventIPCBackend``
+    uses: ``Event(interprocess=True)``, ``ipc_handle()`` and
+    ``Event.from_ipc_handle(device, handle)``. Work on this device is
+    synchronous, so an imported event is complete by construction.
+    """
+
+    interprocess: bool
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> Event:
-        return super().__new__(
+        event = super().__new__(
             cls,
             device=torch.device(DEVICE_NAME, int(_ext.current_device())),
             enable_timing=enable_timing,
             blocking=blocking,
-            interprocess=interprocess,
+            interprocess=False,  # torch's generic Event has no IPC; handled here
         )
+        event.interprocess = interprocess
+        return event
+
+    def ipc_handle(self) -> bytes:
+        if not self.interprocess:
+            raise RuntimeError("ipc_handle() needs an Event created with interprocess=True")
+        return _EVENT_HANDLE.pack(os.getpid(), id(self))
+
+    @classmethod
+    def from_ipc_handle(cls, device: Any, handle: bytes) -> Event:
+        _EVENT_HANDLE.unpack(handle)  # validates the handle's shape
+        with _DeviceContext(device if device is not None else int(_ext.current_device())):
+            return cls(interprocess=True)
+
+
+_EVENT_HANDLE = struct.Struct("<qq")  # (exporting pid, event id)
+_MEMORY_HANDLE = struct.Struct("<qq")  # (exporting pid, memfd number)
+
+
+def ipc_export_handle(ptr: int) -> tuple[bytes, int, int]:
+    """``(handle, offset, size)`` of the exportable allocation holding device address ``ptr``.
+
+    The handle stays valid while the exporting process keeps the memory
+    allocated, like a CUDA IPC memory handle.
+    """
+    pid, fd, offset, size = _ext.ipc_export(ptr)
+    return _MEMORY_HANDLE.pack(pid, fd), int(offset), int(size)
+
+
+def ipc_open_handle(handle: bytes, size: int, device: Any = None) -> torch.Tensor:
+    """Map an exported allocation into this process as a uint8 device tensor of ``size`` bytes."""
+    pid, fd = _MEMORY_HANDLE.unpack(handle)
+    return _ext.ipc_open(pid, fd, size, _device_index(device))
 
 
 def current_stream(device: Any = None) -> torch.Stream:
@@ -184,6 +226,8 @@ def _install() -> types.ModuleType:
         "current_stream": current_stream,
         "stream": stream,
         "get_device_properties": get_device_properties,
+        "ipc_export_handle": ipc_export_handle,
+        "ipc_open_handle": ipc_open_handle,
         "manual_seed": _manual_seed,
         "manual_seed_all": _manual_seed,
         "_is_in_bad_fork": lambda: False,

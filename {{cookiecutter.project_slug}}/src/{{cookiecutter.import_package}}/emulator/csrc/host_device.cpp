@@ -9,6 +9,9 @@
 //   * device memory is ordinary host memory, so data_ptr() is a host address;
 //   * streams and events exist but are synchronous (work is done on return);
 //   * pinned host memory is tracked, so pin_memory=True and is_pinned() work;
+//   * allocations of 64 KiB and more live in memfd shared memory, so another
+//     process can map them through an IPC handle (pid, fd), the way device
+//     runtimes export memory; nothing is ever named in /dev/shm;
 //   * every op without a kernel here runs the CPU kernel directly on the
 //     device memory (the `_to_cpu` kernel below returns zero-copy aliases).
 //
@@ -34,10 +37,18 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <string>
+#include <tuple>
 #include <unordered_set>
 
 namespace {
@@ -59,12 +70,68 @@ void check_index(c10::DeviceIndex index) {
 
 // ---------------------------------------------------------------- memory --
 
-void free_device_memory(void* ptr) { c10::free_cpu(ptr); }
+// Allocations at least this large are exportable to other processes.
+constexpr size_t kShareableBytes = 64 * 1024;
+
+struct Mapping {
+  int fd;       // the memfd (-1 for a mapping imported from another process)
+  size_t size;  // bytes mapped
+};
+std::mutex g_mapping_mutex;
+std::map<uintptr_t, Mapping> g_mappings;  // base address -> mapping
+
+void free_device_memory(void* ptr) {
+  Mapping mapping{-1, 0};
+  bool mapped = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mapping_mutex);
+    auto it = g_mappings.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it != g_mappings.end()) {
+      mapping = it->second;
+      mapped = true;
+      g_mappings.erase(it);
+    }
+  }
+  if (!mapped) {
+    c10::free_cpu(ptr);
+    return;
+  }
+  munmap(ptr, mapping.size);
+  if (mapping.fd >= 0) close(mapping.fd);
+}
+
+void* map_shared(int fd, size_t nbytes) {
+  void* ptr = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  TORCH_CHECK(ptr != MAP_FAILED, "mmap of ", nbytes, " bytes failed: ", std::strerror(errno));
+  return ptr;
+}
 
 c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
-  void* ptr = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
-  // The device tag matters: a TensorImpl takes its device from its storage.
-  return {ptr, ptr, &free_device_memory, c10::Device(kDevice, index)};
+  const c10::Device device(kDevice, index);
+  if (nbytes < kShareableBytes) {
+    void* ptr = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    // The device tag matters: a TensorImpl takes its device from its storage.
+    return {ptr, ptr, &free_device_memory, device};
+  }
+  const int fd = memfd_create("lmcache-emulated-device", MFD_CLOEXEC);
+  TORCH_CHECK(fd >= 0, "memfd_create failed: ", std::strerror(errno));
+  if (ftruncate(fd, static_cast<off_t>(nbytes)) != 0) {
+    const int err = errno;
+    close(fd);
+    TORCH_CHECK(false, "ftruncate to ", nbytes, " bytes failed: ", std::strerror(err));
+  }
+  void* ptr = nullptr;
+  try {
+    ptr = map_shared(fd, nbytes);
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_mapping_mutex);
+    g_mappings[reinterpret_cast<uintptr_t>(ptr)] = Mapping{fd, nbytes};
+  }
+  return {ptr, ptr, &free_device_memory, device};
 }
 
 struct DeviceAllocator final : c10::Allocator {
@@ -372,21 +439,54 @@ void register_hooks(int64_t device_count) {
   }
 }
 
-// A non-owning device tensor over existing device memory (the emulator's
-// answer to DeviceOps.tensor_from_ptr); the caller keeps the memory alive.
-at::Tensor from_ptr(int64_t ptr, std::vector<int64_t> shape,
-                    at::ScalarType dtype, int64_t index) {
+// IPC handle of the exportable allocation containing `ptr`:
+// (pid, fd, offset of ptr in the allocation, allocation size).
+std::tuple<int64_t, int64_t, int64_t, int64_t> ipc_export(int64_t ptr) {
+  const auto address = static_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(g_mapping_mutex);
+  auto it = g_mappings.upper_bound(address);
+  const bool found = it != g_mappings.begin() && (--it, address < it->first + it->second.size);
+  TORCH_CHECK(found && it->second.fd >= 0, "address ", ptr,
+              " is not in exportable emulated device memory: only allocations of at least ",
+              kShareableBytes, " bytes made by this process can be exported (allocate KV caches "
+              "as whole tensors of at least that size)");
+  const uintptr_t base = it->first;
+  const Mapping& mapping = it->second;
+  return {static_cast<int64_t>(getpid()), mapping.fd, static_cast<int64_t>(address - base),
+          static_cast<int64_t>(mapping.size)};
+}
+
+// Map another process's exported allocation into this one as a uint8 device
+// tensor of `size` bytes; unmapped when the last tensor using it dies.
+at::Tensor ipc_open(int64_t pid, int64_t fd, int64_t size, int64_t index) {
   check_index(static_cast<c10::DeviceIndex>(index));
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int local_fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  TORCH_CHECK(local_fd >= 0, "cannot open emulated IPC handle ", path, ": ", std::strerror(errno),
+              " (the exporting process must be alive and the memory still allocated)");
+  void* ptr = nullptr;
+  try {
+    ptr = map_shared(local_fd, static_cast<size_t>(size));
+  } catch (...) {
+    close(local_fd);
+    throw;
+  }
+  close(local_fd);  // the mapping keeps the memory alive
+  {
+    std::lock_guard<std::mutex> lock(g_mapping_mutex);
+    g_mappings[reinterpret_cast<uintptr_t>(ptr)] = Mapping{-1, static_cast<size_t>(size)};
+  }
   const c10::Device device(kDevice, static_cast<c10::DeviceIndex>(index));
-  int64_t numel = 1;
-  for (auto d : shape) numel *= d;
-  const auto nbytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
-  c10::DataPtr data(reinterpret_cast<void*>(ptr), device);
-  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(data),
+  c10::DataPtr data(ptr, ptr, &free_device_memory, device);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(size), std::move(data),
                        /*allocator=*/nullptr, /*resizable=*/false);
   c10::DeviceGuard guard(device);
-  return at::empty({0}, at::TensorOptions().dtype(dtype).device(device))
-      .set_(storage, 0, shape, c10::contiguous_strides(shape));
+  return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(device)).set_(storage, 0, {size}, {1});
+}
+
+int64_t live_shared_mappings() {
+  std::lock_guard<std::mutex> lock(g_mapping_mutex);
+  return static_cast<int64_t>(g_mappings.size());
 }
 
 int64_t current_device() { return t_current_device; }
@@ -429,5 +529,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("current_device", &current_device);
   m.def("set_device", &set_device);
   m.def("device_count", &device_count);
-  m.def("from_ptr", &from_ptr, "Non-owning device tensor over an existing address.");
+  m.def("ipc_export", &ipc_export, "(pid, fd, offset, size) of the exportable allocation at an address.");
+  m.def("ipc_open", &ipc_open, "Map an exported allocation: (pid, fd, size, device index) -> uint8 tensor.");
+  m.def("live_shared_mappings", &live_shared_mappings, "Shared allocations and imports alive in this process.");
 }

@@ -1,0 +1,198 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""The LMCache-driven building blocks, each against LMCache's own entry points.
+
+Capability-gated: every test that needs LMCache-driven support is skipped,
+with the reason, when the spec does not declare it; the routing tests check
+both answers.
+"""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+import types
+
+import lmcache
+import pytest
+import torch
+from _support import QUIET_ENV, child_env
+from conftest import on_emulator
+from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu
+from lmcache.v1.multiprocess.transfer_context.worker_transfer import create_transfer_context
+from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper
+from lmcache.v1.platform.cache_context import create_cache_context
+from lmcache.v1.platform.kv_wrap import wrap_kv_caches
+
+DEVICE = "{{ cookiecutter.device_name }}"
+#: Per layer (2, blocks, block_size, heads, head_size): large enough to be exportable.
+SHAPE = (2, 32, 16, 2, 32)
+CHUNK = 32
+
+
+def kv_caches(seed: int = 0, layers: int = 3) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return {f"layer.{i}": torch.randn(SHAPE, generator=generator).to(torch.float16).to(DEVICE) for i in range(layers)}
+
+
+# ---------------------------------------------------------------- routing --
+
+
+def test_auto_mode_picks_the_transfer_path_the_spec_declares(spec) -> None:  # type: ignore[no-untyped-def]
+    """``auto`` resolves to the spec's default_mp_transfer_mode()."""
+    context = create_transfer_context(kv_caches(), instance_id=0, req_client=None, mode="auto")
+    expected = "LMCacheDriven" if spec.default_mp_transfer_mode().value == "lmcache_driven" else "EngineDriven"
+    assert expected in type(context).__name__
+
+
+def test_lmcache_driven_mode_is_served_or_refused_clearly(spec) -> None:  # type: ignore[no-untyped-def]
+    """Asking for lmcache_driven gives LMCache's context, or LMCache's ValueError naming engine_driven."""
+    if spec.is_lmcache_driven_available():
+        context = create_transfer_context(kv_caches(), instance_id=0, req_client=None, mode="lmcache_driven")
+        assert type(context).__name__ == "LMCacheDrivenTransferContext"
+    else:
+        with pytest.raises(ValueError, match="engine_driven"):
+            create_transfer_context(kv_caches(), instance_id=0, req_client=None, mode="lmcache_driven")
+
+
+# ------------------------------------------------------------ IPC wrapper --
+
+
+def test_wrapper_serializes_through_lmcaches_codec_and_back(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """DeviceIPCWrapper.Serialize -> Deserialize gives an equal wrapper of the plugin's class."""
+    tensor = kv_caches()["layer.0"]
+    wrapper = lmcache_driven.ipc_wrapper_cls.wrap(tensor)
+    restored = DeviceIPCWrapper.Deserialize(DeviceIPCWrapper.Serialize(wrapper))
+    assert type(restored) is type(wrapper) and restored == wrapper
+
+
+def test_wrapped_tensor_aliases_the_original_memory(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """to_tensor() maps the same memory: equal bytes, and a write through it shows in the original."""
+    tensor = kv_caches()["layer.1"]
+    wrapper = DeviceIPCWrapper.Deserialize(DeviceIPCWrapper.Serialize(lmcache_driven.ipc_wrapper_cls.wrap(tensor)))
+    view = wrapper.to_tensor()
+    assert view.device.type == DEVICE and view.shape == tensor.shape and view.dtype == tensor.dtype
+    assert torch.equal(view.cpu(), tensor.cpu())
+    view[1, 3].fill_(7.0)
+    assert bool((tensor[1, 3].cpu() == 7.0).all())
+
+
+def test_wrapper_round_trips_across_processes(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """A second process decodes the descriptor, reads the worker's bytes and writes back into them."""
+    tensor = kv_caches()["layer.2"]
+    payload = DeviceIPCWrapper.Serialize(lmcache_driven.ipc_wrapper_cls.wrap(tensor))
+    checksum = float(tensor.float().sum().cpu())
+    code = textwrap.dedent(
+        """
+        import sys, lmcache, torch
+        from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper
+        view = DeviceIPCWrapper.Deserialize(bytes.fromhex(sys.argv[1])).to_tensor()
+        print(float(view.float().sum().cpu()))
+        view[0, 0].fill_(-3.0)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, payload.hex()],
+        env=child_env(QUIET_ENV),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.strip().splitlines()[-1]) == pytest.approx(checksum, rel=1e-6)
+    assert bool((tensor[0, 0].cpu() == -3.0).all())
+
+
+def test_closing_a_wrapper_releases_its_mapping(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """After close() and the last view, the process no longer maps the exported memory."""
+    if not on_emulator():
+        pytest.skip("mapping counts are observable on the CPU emulator only")
+    from {{ cookiecutter.import_package }}.emulator import _ext
+
+    tensor = kv_caches()["layer.0"]
+    gc.collect()
+    before = _ext.live_shared_mappings()
+    wrapper = DeviceIPCWrapper.Deserialize(DeviceIPCWrapper.Serialize(lmcache_driven.ipc_wrapper_cls.wrap(tensor)))
+    view = wrapper.to_tensor()
+    assert _ext.live_shared_mappings() == before + 1
+    wrapper.close()
+    del view
+    gc.collect()
+    assert _ext.live_shared_mappings() == before
+
+
+# ---------------------------------------------------------- cache context --
+
+
+def test_cache_context_is_built_by_lmcaches_factory_and_complete(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """create_cache_context() dispatches to the plugin and returns a context with no abstract member left."""
+    source = kv_caches()  # the exporter keeps its memory alive while the server maps it
+    context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
+    assert type(context).__module__.startswith("{{ cookiecutter.import_package }}.")
+    assert not getattr(type(context), "__abstractmethods__", set())
+    assert context.device.type == DEVICE and context.num_layers == 3
+    assert context.get_kernel_group_kv_pointers(0).device.type == DEVICE
+    assert callable(context.cupy_stream.launch_host_func) and isinstance(context.cupy_stream.ptr, int)
+    context.close()
+
+
+def test_pointer_mode_transfer_into_the_staging_buffer_reproduces_the_paged_data(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """The server's call shape (device pointers everywhere) gathers the same bytes as the CPU baseline."""
+    from {{ cookiecutter.import_package }}._lmcache_compat import TransferDirection
+
+    source = kv_caches(seed=5)
+    expected = gather_paged_kv_to_cpu(
+        {k: v.cpu() for k, v in source.items()}, [9, 4], CHUNK // SHAPE[2], layout_hints={"kv_layout": "NHD"}
+    )[0]
+    context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
+    staging = context.get_temp_kernel_group_buffer(0, 0)
+    staging.zero_()
+    lmcache.device_ops.multi_layer_block_kv_transfer(
+        context.get_kernel_group_kv_pointers(0),
+        [staging.data_ptr()],
+        torch.tensor([9, 4], dtype=torch.long, device=context.device),
+        context.device,
+        TransferDirection.D2H,
+        context.get_shape_desc(0),
+        CHUNK,
+        context.get_engine_kv_format(0),
+        0,
+    )
+    torch.{{ cookiecutter.__torch_module_name }}.synchronize()  # type: ignore[attr-defined]
+    assert torch.equal(staging.cpu().reshape(expected.shape).view(torch.uint8), expected.view(torch.uint8))
+    context.close()
+
+
+# -------------------------------------------------------------- event IPC --
+
+
+def test_event_backend_runs_the_full_ipc_cycle(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """create, record, export, import, wait, query, synchronize: the sequence LMCache's futures use."""
+    backend = lmcache_driven.event_ipc_backend
+    assert backend is lmcache_driven.event_ipc_backend, "the backend must be cached on the spec"
+    device = torch.device(DEVICE, 0)
+    backend.check_event_support(device)
+    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
+    event = backend.create_event(device)
+    backend.record_event(event, runtime.current_stream(device))
+    handle = backend.export_event(event, device)
+    imported = backend.import_event(handle, device)
+    backend.wait_event(imported, runtime.current_stream(device))
+    assert backend.query_event(imported) in (True, False)
+    backend.synchronize_event(imported, device)
+    assert backend.query_event(imported) is True
+
+
+def test_event_backend_refuses_a_runtime_without_ipc_events(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """check_event_support raises RuntimeError when the device's events cannot cross processes."""
+    backend = type(lmcache_driven.event_ipc_backend)()
+    backend._event_module = types.SimpleNamespace(Event=type("PlainEvent", (), {"__init__": lambda self: None}))
+    with pytest.raises(RuntimeError, match="interprocess"):
+        backend.check_event_support(torch.device(DEVICE, 0))
+
+
+def test_pin_backend_is_consistent(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """The pin backend pins exactly when it says pinning is supported."""
+    host = torch.empty(1 << 16, dtype=torch.uint8)
+    assert lmcache_driven.pin_memory(host.data_ptr(), host.numel()) is lmcache_driven.is_pin_supported
