@@ -57,6 +57,19 @@ def lmcache_driven(spec):  # type: ignore[no-untyped-def]
     return spec
 
 
+#: (path, phase, rank, ms, world size) per E2E transfer, printed after the run.
+TRANSFER_TIMES: list[tuple[str, str, int, float, int]] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    """Print the store/retrieve times the E2E workers measured, side by side (one run, one machine)."""
+    if not TRANSFER_TIMES:
+        return
+    terminalreporter.section("E2E transfer times (worker-side submit to result, ms)")
+    for path, phase, rank, ms, world_size in sorted(TRANSFER_TIMES):
+        terminalreporter.write_line(f"{path:<38} tp{world_size} rank{rank} {phase:<8} {ms:8.1f}")
+
+
 def on_emulator() -> bool:
     import torch
 
