@@ -65,6 +65,17 @@ def last_json_line(text: str) -> dict:
     raise AssertionError(f"no JSON result line in output:\n{text[-3000:]}")
 
 
+#: (path, phase, rank, ms, world size) per E2E transfer; conftest prints them after the run.
+TRANSFER_TIMES: list[tuple[str, str, int, float, int]] = []
+
+
+def check_round_trip(label: str, stored: list[dict], retrieved: list[dict], world_size: int) -> None:
+    """Every rank got its bytes back intact; keep the measured times for the summary."""
+    assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)] * world_size
+    for result in stored + retrieved:
+        TRANSFER_TIMES.append((label, result["phase"], result["rank"], result["elapsed_ms"], world_size))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

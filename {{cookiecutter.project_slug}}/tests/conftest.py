@@ -57,12 +57,10 @@ def lmcache_driven(spec):  # type: ignore[no-untyped-def]
     return spec
 
 
-#: (path, phase, rank, ms, world size) per E2E transfer, printed after the run.
-TRANSFER_TIMES: list[tuple[str, str, int, float, int]] = []
-
-
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
     """Print the store/retrieve times the E2E workers measured, side by side (one run, one machine)."""
+    from _support import TRANSFER_TIMES
+
     if not TRANSFER_TIMES:
         return
     terminalreporter.section("E2E transfer times (worker-side submit to result, ms)")

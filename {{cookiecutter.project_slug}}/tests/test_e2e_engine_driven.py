@@ -18,8 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _support import LMCacheServer, Scheduler, running_server, workers
-from conftest import TRANSFER_TIMES
+from _support import LMCacheServer, Scheduler, check_round_trip, running_server, workers
 from e2e_worker import BLOCK_SIZE, token_ids
 
 pytestmark = pytest.mark.e2e
@@ -67,11 +66,7 @@ def test_store_lookup_retrieve_round_trip_is_byte_exact(server: LMCacheServer, w
             assert [w.close() for w in ranks] == [0] * world_size
     finally:
         scheduler.close()
-    assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)] * world_size
-    for result in stored + retrieved:
-        TRANSFER_TIMES.append(
-            (f"engine_driven/{server.sub_path}", result["phase"], result["rank"], result["elapsed_ms"], world_size)  # type: ignore[attr-defined]
-        )
+    check_round_trip(f"engine_driven/{server.sub_path}", stored, retrieved, world_size)  # type: ignore[attr-defined]
     assert {r["kv_device_type"] for r in retrieved} == {DEVICE}
     l1 = server.status()["storage_manager"]["l1_managers"]["_default"]
     assert l1["read_locked_count"] == 0, "each retrieve must consume its lookup's read lock"

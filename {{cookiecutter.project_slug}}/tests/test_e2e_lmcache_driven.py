@@ -17,8 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _support import LMCacheServer, Scheduler, running_server, workers
-from conftest import TRANSFER_TIMES
+from _support import LMCacheServer, Scheduler, check_round_trip, running_server, workers
 from e2e_worker import BLOCK_SIZE, token_ids
 
 pytestmark = pytest.mark.e2e
@@ -85,11 +84,7 @@ def test_round_trip_is_byte_exact_with_the_server_running_the_plugin(  # type: i
             assert [w.close() for w in ranks] == [0] * world_size
     finally:
         scheduler.close()
-    assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)] * world_size
-    for result in stored + retrieved:
-        TRANSFER_TIMES.append(
-            (f"lmcache_driven/server={server.mode}", result["phase"], result["rank"], result["elapsed_ms"], world_size)  # type: ignore[attr-defined]
-        )
+    check_round_trip(f"lmcache_driven/server={server.mode}", stored, retrieved, world_size)  # type: ignore[attr-defined]
     log = server.log()
     assert f"torch_device_type={DEVICE}" in log, "the server must run with this plugin's device"
     assert "{{ cookiecutter.class_prefix }}CacheContext:" in log, "the server must build this plugin's cache context"
