@@ -40,9 +40,10 @@ TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
 TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "ruff"]
 #: The sample backends generate_and_test proves, one after another in one environment.
 VARIANTS = {
-    "engine-driven": {"device_name": "foo", "lmcache_driven": "no"},
-    "lmcache-driven-default": {"device_name": "foo", "lmcache_driven": "default"},
-    "lmcache-driven-opt-in": {"device_name": "foo", "lmcache_driven": "opt_in"},
+    "engine-driven": {"device_name": "foo", "lmcache_driven": "no", "native_ops": "no"},
+    "lmcache-driven-default": {"device_name": "foo", "lmcache_driven": "default", "native_ops": "no"},
+    "lmcache-driven-opt-in": {"device_name": "foo", "lmcache_driven": "opt_in", "native_ops": "no"},
+    "native-lmcache-driven": {"device_name": "foo", "lmcache_driven": "default", "native_ops": "yes"},
 }
 LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "event_ipc.py", "pin_memory.py")
 
@@ -82,6 +83,10 @@ def inspect_wheel(session: nox.Session, wheel: Path, answers: dict[str, str]) ->
     for module in LMCACHE_DRIVEN_MODULES:
         if (f"lmcache_{device}/{module}" in names) != lmcache_driven:
             problems.append(f"{module} {'missing' if lmcache_driven else 'should not be rendered'}")
+    native = answers.get("native_ops", "no") == "yes"
+    has_kernels = any(n.startswith(f"lmcache_{device}/_kernels") and n.endswith(".so") for n in names)
+    if has_kernels != native or (f"lmcache_{device}/native_ops.py" in names) != native:
+        problems.append(f"native ops {'missing' if native else 'should not be built'}")
     if problems:
         session.error("wheel check failed:\n  " + "\n  ".join(problems))
     session.log(f"wheel OK: {wheel.name} ({len(names)} files), entry point {device} -> {device.capitalize()}DeviceSpec")
@@ -115,7 +120,8 @@ def generate_and_test(session: nox.Session) -> None:
 
     # Torch first and pinned: lmcache's own dependency on torch is unpinned.
     session.install(TORCH)
-    session.install("lmcache==0.5.6", "build", "mypy", *TEMPLATE_DEPS)
+    # setuptools and wheel: native variants build without isolation, against this torch.
+    session.install("lmcache==0.5.6", "build", "mypy", "setuptools>=77", "wheel", *TEMPLATE_DEPS)
     lap("install torch + lmcache")
     work = Path(session.create_tmp()).resolve()
     for name in selected:
@@ -134,7 +140,8 @@ def prove_variant(session: nox.Session, work: Path, answers: dict[str, str]) -> 
     session.run("mypy", "--ignore-missing-imports", "--cache-dir", str(work / "mypy-cache"), str(project / "src"))
     dist = work / "dist"
     shutil.rmtree(dist, ignore_errors=True)
-    session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), str(project), silent=True)
+    isolation = ["--no-isolation"] if answers.get("native_ops") == "yes" else []
+    session.run("python", "-m", "build", "--wheel", *isolation, "--outdir", str(dist), str(project), silent=True)
     (wheel,) = dist.glob("*.whl")
     inspect_wheel(session, wheel, answers)
 

@@ -34,8 +34,10 @@ EXPECTED_FILES = {
     "tests/test_e2e_engine_driven.py",
     "tests/test_e2e_lmcache_driven.py",
     "tests/test_lmcache_driven.py",
+    "tests/test_native_ops.py",
     "tests/test_ops_parity.py",
 }
+NATIVE_FILES = {"setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/native_ops.py"}
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py" for name in ("ipc_wrapper", "cache_context", "event_ipc", "pin_memory")
 }
@@ -62,6 +64,14 @@ def test_lmcache_driven_choice_adds_exactly_the_ipc_modules(render: Callable[...
     assert files(render(lmcache_driven=choice)) == EXPECTED_FILES | LMCACHE_DRIVEN_FILES
 
 
+def test_native_ops_choice_adds_the_extension_its_build_and_binding(render: Callable[..., Path]) -> None:
+    """native_ops=yes adds the C++ kernels, setup.py and native_ops.py, and ensure_native binds them."""
+    project = render(native_ops="yes")
+    assert files(project) == EXPECTED_FILES | NATIVE_FILES
+    assert "self.bind_native(native_ops)" in (project / "src/lmcache_foo/device_ops.py").read_text()
+    assert '"torch"' in (project / "pyproject.toml").read_text().split("[project]")[0]
+
+
 @pytest.mark.parametrize(("choice", "default_mode"), [("opt_in", "ENGINE_DRIVEN"), ("default", "LMCACHE_DRIVEN")])
 def test_lmcache_driven_choice_sets_what_auto_means(render: Callable[..., Path], choice: str, default_mode: str) -> None:
     """opt_in keeps auto on engine-driven; default makes auto LMCache-driven."""
@@ -70,10 +80,10 @@ def test_lmcache_driven_choice_sets_what_auto_means(render: Callable[..., Path],
     assert "def is_lmcache_driven_available(self) -> bool:" in device and "        return True" in device
 
 
-@pytest.mark.parametrize("choice", ["no", "opt_in", "default"])
-def test_default_render_leaves_no_template_syntax(render: Callable[..., Path], choice: str) -> None:
+@pytest.mark.parametrize(("choice", "native"), [("no", "no"), ("opt_in", "no"), ("default", "yes"), ("no", "yes")])
+def test_default_render_leaves_no_template_syntax(render: Callable[..., Path], choice: str, native: str) -> None:
     """No rendered file still contains Jinja markers or ``cookiecutter.`` references."""
-    project = render(lmcache_driven=choice)
+    project = render(lmcache_driven=choice, native_ops=native)
     offenders = {
         name: LEFTOVER.search((project / name).read_text()).group(0)  # type: ignore[union-attr]
         for name in files(project)
@@ -92,8 +102,13 @@ def test_default_render_leaves_no_template_syntax(render: Callable[..., Path], c
         {"device_name": "gaudi9", "license": "BSD-3-Clause", "torch_extension_module": "habana.torch_ext"},
         {"device_name": "acme_npu2", "lmcache_driven": "default"},
         {"device_name": "tpu7", "lmcache_driven": "opt_in", "class_prefix": "Tpu7X"},
+        {"native_ops": "yes"},
+        {"native_ops": "yes", "lmcache_driven": "default"},
     ],
-    ids=["default", "digits-underscores", "long-name-builtin-torch", "mit", "bsd-dotted-extension", "ld-default", "ld-opt-in"],
+    ids=[
+        "default", "digits-underscores", "long-name-builtin-torch", "mit", "bsd-dotted-extension",
+        "ld-default", "ld-opt-in", "native", "native-ld",
+    ],  # fmt: skip
 )
 def test_every_rendered_python_file_compiles(render: Callable[..., Path], answers: dict[str, str]) -> None:
     """Odd but valid names render into Python that compiles."""
@@ -106,8 +121,15 @@ def test_every_rendered_python_file_compiles(render: Callable[..., Path], answer
 
 @pytest.mark.parametrize(
     "answers",
-    [{}, {"device_name": "acme_npu2", "license": "MIT"}, {"lmcache_driven": "default"}, {"lmcache_driven": "opt_in"}],
-    ids=["default", "custom", "ld-default", "ld-opt-in"],
+    [
+        {},
+        {"device_name": "acme_npu2", "license": "MIT"},
+        {"lmcache_driven": "default"},
+        {"lmcache_driven": "opt_in"},
+        {"native_ops": "yes"},
+        {"native_ops": "yes", "lmcache_driven": "opt_in"},
+    ],
+    ids=["default", "custom", "ld-default", "ld-opt-in", "native", "native-ld"],
 )
 def test_rendered_project_passes_its_own_ruff_configuration(render: Callable[..., Path], answers: dict[str, str]) -> None:
     """The generated code is lint-clean under the ruff settings it ships with."""

@@ -27,8 +27,8 @@ from lmcache.v1.platform.base.device_spec import DeviceSpec
 
 if TYPE_CHECKING:
     from lmcache.lmcache_native import EngineKVFormat, TransferDirection
-{%- if cookiecutter.lmcache_driven != 'no' %}
     from lmcache.logging import init_logger
+{%- if cookiecutter.lmcache_driven != 'no' %}
     from lmcache.utils import EngineType
     from lmcache.v1.gpu_connector.kv_format.specs.registry import get_spec_class as kv_format_spec
     from lmcache.v1.gpu_connector.utils import get_group_data_ptrs, normalize_and_discover_per_layer_formats
@@ -64,7 +64,6 @@ __all__ = [
     "engine_group_layer_indices",
     "get_group_data_ptrs",
     "infer_kv_dtype",
-    "init_logger",
     "kv_format_spec",
     "normalize_and_discover_per_layer_formats",
 {%- endif %}
@@ -76,6 +75,7 @@ __all__ = [
     "SUPPORTED_LMCACHE",
     "TESTED_LMCACHE_VERSIONS",
     "TransferDirection",
+    "init_logger",
     "torch_ops",
 ]
 
@@ -98,6 +98,7 @@ _LAZY_NAMES = {
     "EngineKVFormat": ("lmcache.lmcache_native", "EngineKVFormat"),
     "PageBufferShapeDesc": ("lmcache.v1.platform.ops_types", "PageBufferShapeDesc"),
     "MPTransferMode": ("lmcache.v1.multiprocess.transfer_mode", "MPTransferMode"),
+    "init_logger": ("lmcache.logging", "init_logger"),
 {%- if cookiecutter.lmcache_driven != 'no' %}
     # LMCache-driven transfer (IPC wrapper, cache context, event IPC, pinning):
     "DeviceIPCWrapper": ("lmcache.v1.platform.base.ipc_wrapper", "DeviceIPCWrapper"),
@@ -113,7 +114,6 @@ _LAZY_NAMES = {
         "normalize_and_discover_per_layer_formats",
     ),
     "kv_format_spec": ("lmcache.v1.gpu_connector.kv_format.specs.registry", "get_spec_class"),
-    "init_logger": ("lmcache.logging", "init_logger"),
     # Private baseline helper: KV dtype from a PageBufferShapeDesc (fp16 vs bf16 safe).
     "infer_kv_dtype": ("lmcache.v1.platform.torch_ops.mp_mem_kernels", "_infer_kv_dtype"),
 {%- endif %}

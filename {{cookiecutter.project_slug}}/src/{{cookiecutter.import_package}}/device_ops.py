@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import ctypes
 import math
+{%- if cookiecutter.native_ops == 'yes' %}
+import os
+{%- endif %}
 from typing import ClassVar
 
 import torch
@@ -39,14 +42,22 @@ from ._lmcache_compat import (
     init_logger,
     torch_ops,
 )
+{%- elif cookiecutter.native_ops == 'yes' -%}
+from ._lmcache_compat import DeviceOps, TransferDirection, init_logger, torch_ops
 {%- else -%}
 from ._lmcache_compat import DeviceOps, TransferDirection, torch_ops
 {%- endif %}
 from .device import DEVICE_TYPE, TORCH_MODULE_NAME
-{%- if cookiecutter.lmcache_driven != 'no' %}
+{%- if cookiecutter.lmcache_driven != 'no' or cookiecutter.native_ops == 'yes' %}
 
 logger = init_logger(__name__)
+{%- endif %}
+{%- if cookiecutter.lmcache_driven != 'no' %}
 _announced_pointer_mode = False
+{%- endif %}
+{%- if cookiecutter.native_ops == 'yes' %}
+#: Set to 0 to keep LMCache's torch baseline instead of the native ops.
+NATIVE_ENV_VAR = "{{ cookiecutter.__native_env_var }}"
 {%- endif %}
 
 
@@ -55,6 +66,35 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
 
     device_type: ClassVar[str] = DEVICE_TYPE
 
+{%- if cookiecutter.native_ops == 'yes' %}
+    def ensure_native(self) -> None:
+        """Bind ``native_ops`` (C++ kernels from ``_kernels.cpp``) over the torch baseline.
+
+        Every public callable of ``native_ops`` replaces the baseline op of the
+        same name on this instance (guide, Part 2); anything it does not define
+        stays on the baseline. ``{{ cookiecutter.__native_env_var }}=0`` keeps the baseline
+        (for comparisons and bisecting).
+
+        Failure policy: soft. If the compiled module is missing (a source
+        checkout, or a wheel built without a compiler), log how to rebuild and
+        keep the baseline: raising here would remove ``lmcache.device_ops``.
+        """
+        self._native_bound = False
+        if os.environ.get(NATIVE_ENV_VAR) == "0":
+            return
+        try:
+            from . import native_ops
+        except ImportError as exc:
+            logger.warning(
+                "%s: native ops unavailable (%s); using LMCache's torch baseline. Rebuild the wheel with a "
+                "C++ compiler and the torch you deploy: python -m build --wheel --no-isolation",
+                type(self).__name__,
+                exc,
+            )
+            return
+        self.bind_native(native_ops)
+        self._native_bound = True
+{%- else %}
     def ensure_native(self) -> None:
         """Bind native kernels. This package has none yet, so the torch baseline stays.
 
@@ -68,6 +108,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         for the whole process.
         """
         self._native_bound = False
+{%- endif %}
 
     def tensor_from_ptr(
         self,

@@ -1,0 +1,140 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""The native ops module honours the guide's integration contract (Part 2).
+
+Gated on the package shipping ``native_ops``: without it every test is skipped
+with the reason. When it ships, the ops must really be bound (a build that
+silently fell back to the baseline fails here).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import textwrap
+
+import lmcache
+import pytest
+import torch
+from _support import run_python
+from lmcache.v1.multiprocess.transfer_context.base import (
+    _detect_block_transfer_accepts_tensor,
+    gather_paged_kv_to_cpu,
+    scatter_cpu_to_paged_kv,
+)
+from lmcache.v1.platform import ops_types, resolve_device_ops, torch_ops
+
+DEVICE = "{{ cookiecutter.device_name }}"
+PACKAGE = "{{ cookiecutter.import_package }}"
+BS, NB, NH, HS, LAYERS = 16, 12, 2, 32, 3
+BLOCK_IDS = [5, 1, 3, 7, 10, 0]
+#: Formats the sample kernels handle, and one they hand back to the baseline.
+NATIVE_LAYOUTS = {
+    "flash_nhd": ((2, NB, BS, NH, HS), {"kv_layout": "NHD"}),
+    "flashinfer_nhd": ((NB, 2, BS, NH, HS), {"kv_layout": "NHD"}),
+    "mla": ((NB, BS, HS), {"kv_layout": "NHD"}),
+}
+FALLBACK_LAYOUTS = {"flash_hnd": ((2, NB, NH, BS, HS), {"kv_layout": "HND"})}
+
+
+@pytest.fixture(scope="module")
+def native():  # type: ignore[no-untyped-def]
+    if importlib.util.find_spec(f"{PACKAGE}.native_ops") is None:
+        pytest.skip(f"{PACKAGE} ships no native ops module (rendered with native_ops=no)")
+    return importlib.import_module(f"{PACKAGE}.native_ops")
+
+
+def kv(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return {f"layer.{i}": torch.randn(shape, generator=generator).to(dtype) for i in range(LAYERS)}
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    as_bytes = [t.cpu().contiguous().view(torch.uint8) for t in (a, b)]
+    return a.shape == b.shape and torch.equal(*as_bytes)
+
+
+def test_native_ops_are_bound_over_the_baseline(native) -> None:  # type: ignore[no-untyped-def]
+    """ensure_native() bound the module: the ops instance calls the native functions."""
+    ops = resolve_device_ops(DEVICE)
+    assert ops._native_bound is True
+    assert ops.multi_layer_block_kv_transfer is native.multi_layer_block_kv_transfer
+    assert ops.lmcache_memcpy_async is native.lmcache_memcpy_async
+
+
+def test_every_public_native_symbol_matches_the_baseline_contract(native) -> None:  # type: ignore[no-untyped-def]
+    """Same names and parameters (in order) as torch_ops; bound types are the ones LMCache defines."""
+    from lmcache import lmcache_native
+
+    public = {name: getattr(native, name) for name in dir(native) if not name.startswith("_")}
+    functions = {n: f for n, f in public.items() if callable(f) and not isinstance(f, type)}
+    types = {n: t for n, t in public.items() if isinstance(t, type)}
+    assert functions, "the native module binds no op"
+    for name, fn in functions.items():
+        assert hasattr(torch_ops, name), f"{name} is not a torch_ops function: bind_native would add a stray op"
+        ours = list(inspect.signature(fn).parameters)
+        theirs = list(inspect.signature(getattr(torch_ops, name)).parameters)
+        assert ours == theirs, f"{name}{ours} differs from torch_ops.{name}{theirs}"
+    for name, cls in types.items():
+        overlays = [getattr(ops_types, name, None), getattr(lmcache_native, name, None)]
+        assert cls in overlays, f"bound type {name} does not overlay an ops_types / lmcache_native type"
+
+
+def test_engine_driven_keeps_tensor_mode_with_native_ops(native) -> None:  # type: ignore[no-untyped-def]
+    """LMCache still passes tensors (not raw pinned pointers) to the bound transfer op."""
+    assert _detect_block_transfer_accepts_tensor(resolve_device_ops(DEVICE).multi_layer_block_kv_transfer) is True
+
+
+@pytest.mark.parametrize("skip_blocks", [0, 1, 3], ids=["skip0", "skip1", "skip3"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("layout", list(NATIVE_LAYOUTS) + list(FALLBACK_LAYOUTS))
+def test_native_transfers_equal_the_baseline_both_ways(  # type: ignore[no-untyped-def]
+    native, layout: str, dtype: torch.dtype, skip_blocks: int
+) -> None:
+    """D2H and H2D through the bound op equal the CPU baseline byte for byte; supported formats run natively."""
+    shape, hints = {**NATIVE_LAYOUTS, **FALLBACK_LAYOUTS}[layout]
+    source = kv(shape, seed=11, dtype=dtype)
+    before = dict(native._calls)
+    expected = gather_paged_kv_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+    on_device = {k: v.to(DEVICE) for k, v in source.items()}
+    got = gather_paged_kv_to_cpu(on_device, BLOCK_IDS, 2, layout_hints=hints)
+    assert all(same_bytes(g, e) for g, e in zip(got, expected, strict=True))
+    zeros = {k: torch.zeros_like(v) for k, v in source.items()}
+    on_device = {k: v.to(DEVICE) for k, v in zeros.items()}
+    skip_tokens = skip_blocks * BS
+    scatter_cpu_to_paged_kv(zeros, BLOCK_IDS, expected, 2, skip_first_n_tokens=skip_tokens, layout_hints=hints)
+    scatter_cpu_to_paged_kv(on_device, BLOCK_IDS, expected, 2, skip_first_n_tokens=skip_tokens, layout_hints=hints)
+    assert all(same_bytes(on_device[k], zeros[k]) for k in zeros)
+    path = "native" if layout in NATIVE_LAYOUTS else "fallback"
+    key = f"multi_layer_block_kv_transfer:{path}"
+    assert native._calls[key] >= before.get(key, 0) + 2, f"expected the {path} path for {layout}"
+
+
+def test_missing_compiled_module_fails_soft_to_the_baseline(native) -> None:  # type: ignore[no-untyped-def]
+    """Without the compiled kernels LMCache still loads the plugin, on the baseline, and says how to rebuild."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["{PACKAGE}._kernels"] = None  # as if the wheel was built without a compiler
+        import lmcache
+        from lmcache.v1.platform import resolve_device_ops
+        ops = resolve_device_ops("{DEVICE}")
+        print(type(ops).__name__, ops._native_bound, hasattr(lmcache, "device_ops"))
+        """
+    )
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["False", "True"]
+    assert "native ops unavailable" in done.stderr and "--no-isolation" in done.stderr
+
+
+def test_native_switch_keeps_the_baseline(native) -> None:  # type: ignore[no-untyped-def]
+    """{{ cookiecutter.__native_env_var }}=0 keeps LMCache's torch baseline (for comparisons and bisecting)."""
+    done = run_python(
+        "import lmcache; from lmcache.v1.platform import resolve_device_ops; "
+        f"print(resolve_device_ops('{DEVICE}')._native_bound)",
+        {"{{ cookiecutter.__native_env_var }}": "0"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
+    assert lmcache is not None
