@@ -7,7 +7,8 @@
 Sessions:
   tests              the template's own tests (render, refuse, compile); fast.
   generate_and_test  render the sample ``foo`` backend in each variant (engine-driven
-                     only; LMCache-driven as the default; LMCache-driven opt-in),
+                     only; LMCache-driven as the default; LMCache-driven opt-in;
+                     native ops with LMCache-driven),
                      build its wheel, install it into a fresh environment with real
                      torch (CPU) and lmcache, and run the rendered conformance suite,
                      end to end against a real ``lmcache server`` on 127.0.0.1.
@@ -130,32 +131,36 @@ def generate_and_test(session: nox.Session) -> None:
     session.log("timings (s): " + json.dumps(timings) + f", total {sum(timings.values()):.1f}")
 
 
-def prove_variant(session: nox.Session, work: Path, answers: dict[str, str]) -> None:
-    """Render, lint, build, inspect, install (never editable) and run the rendered suite for one variant."""
+def install_variant(session: nox.Session, work: Path, answers: dict[str, str], *, lint: bool = True) -> Path:
+    """Render, (lint,) build, inspect and install (never editable) one variant; return the rendered project."""
     session.log(f"=== variant {answers}")
     project = render(session, work / "rendered", answers)
-    # The render lives under .nox/, which .gitignore lists: tell ruff to lint it anyway.
-    session.run("ruff", "check", "--no-cache", "--no-respect-gitignore", "--show-files", str(project))
-    session.run("ruff", "check", "--no-cache", "--no-respect-gitignore", str(project))
-    session.run("mypy", "--ignore-missing-imports", "--cache-dir", str(work / "mypy-cache"), str(project / "src"))
+    if lint:
+        # The render lives under .nox/, which .gitignore lists: tell ruff to lint it anyway.
+        session.run("ruff", "check", "--no-cache", "--no-respect-gitignore", "--show-files", str(project))
+        session.run("ruff", "check", "--no-cache", "--no-respect-gitignore", str(project))
+        session.run("mypy", "--ignore-missing-imports", "--cache-dir", str(work / "mypy-cache"), str(project / "src"))
     dist = work / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     isolation = ["--no-isolation"] if answers.get("native_ops") == "yes" else []
     session.run("python", "-m", "build", "--wheel", *isolation, "--outdir", str(dist), str(project), silent=True)
     (wheel,) = dist.glob("*.whl")
     inspect_wheel(session, wheel, answers)
-
     # Resolve the wheel's dependencies honestly, then force this build's files in
     # (every variant has the same name and version). Never editable.
     session.install(f"{wheel}[test]")
     session.install("--force-reinstall", "--no-deps", str(wheel))
     session.run("python", "-m", "pip", "check")
+    return project
 
-    # Run from an empty directory so nothing resolves to the source tree.
+
+def prove_variant(session: nox.Session, work: Path, answers: dict[str, str]) -> None:
+    """Install one variant and run its conformance suite from an empty directory."""
+    project = install_variant(session, work, answers)
     run_dir = work / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     env = {"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1"}
-    with session.chdir(run_dir):
+    with session.chdir(run_dir):  # nothing may resolve to the source tree
         session.run(
             "python", "-c",
             "import lmcache_foo, sysconfig; p = lmcache_foo.__file__; "
@@ -164,6 +169,27 @@ def prove_variant(session: nox.Session, work: Path, answers: dict[str, str]) -> 
         )  # fmt: skip
         session.run("python", "-c", "import lmcache_foo.emulator, torch; print('torch.foo devices:', torch.foo.device_count())", env=env)
         session.run("pytest", "-p", "no:cacheprovider", "-ra", "-v", str(project / "tests"), env=env)
+
+
+@nox.session(default=False, reuse_venv=True)
+def bench(session: nox.Session) -> None:
+    """Op-level and end-to-end KV transfer figures for native foo, baseline foo and LMCache's CPU path.
+
+    Prints a table, writes bench-results/bench.json and bench.png, and checks the
+    targets. Not a test: numbers depend on the machine; ratios are measured side
+    by side in one run. Posargs go to benchmarks/transfer_bench.py (e.g. --reps 9).
+    """
+    session.install(TORCH)
+    session.install("lmcache==0.5.6", "build", "setuptools>=77", "wheel", "matplotlib", *TEMPLATE_DEPS)
+    work = Path(session.create_tmp()).resolve()
+    answers = {"device_name": "foo", "lmcache_driven": "default", "native_ops": "yes"}
+    project = install_variant(session, work / "native", answers, lint=False)
+    out = ROOT / "bench-results"
+    with session.chdir(work):
+        session.run(
+            "python", str(ROOT / "benchmarks" / "transfer_bench.py"), "--project", str(project), "--out", str(out),
+            *session.posargs, env={"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1"},
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -92,6 +92,7 @@ class LMCacheServer:
         shm_name: str | None,
         chunk_size: int,
         env: Mapping[str, str | None] = (),
+        l1_size_gb: float = 0.25,
     ):
         self.port = free_port()
         self.http_port = free_port()
@@ -102,7 +103,7 @@ class LMCacheServer:
             "server",
             "--host", "127.0.0.1", "--port", str(self.port),
             "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
-            "--l1-size-gb", "0.25", "--eviction-policy", "LRU",
+            "--l1-size-gb", str(l1_size_gb), "--eviction-policy", "LRU",
             "--chunk-size", str(chunk_size),
             "--max-workers", "2",
             "--supported-transfer-mode", transfer_mode,
@@ -178,10 +179,11 @@ class Worker:
         log_path: Path,
         mode: str = "engine_driven",
         env: Mapping[str, str | None] = (),
+        extra_args: Sequence[str] = (),
     ):
         argv = [
             sys.executable, str(WORKER), "--url", server_url, "--model", model, "--mode", mode,
-            "--rank", str(rank), "--world-size", str(world_size), "--tokens", str(tokens),
+            "--rank", str(rank), "--world-size", str(world_size), "--tokens", str(tokens), *extra_args,
         ]  # fmt: skip
         self.log_path = log_path
         self.process = subprocess.Popen(

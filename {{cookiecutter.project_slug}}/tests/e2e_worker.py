@@ -23,6 +23,7 @@ import json
 import signal
 import sys
 import time
+import uuid
 from typing import Any
 
 import torch
@@ -33,22 +34,26 @@ HEAD_SIZE = 32
 DTYPE = torch.float16
 
 
-def token_ids(tokens: int) -> list[int]:
+def token_ids(tokens: int, first: int = 7) -> list[int]:
     """The prompt every rank stores and retrieves (the scheduler looks up the same)."""
-    return list(range(7, 7 + tokens))
+    return list(range(first, first + tokens))
 
 
-def kv_shape(layers: int, blocks: int) -> dict[str, tuple[int, ...]]:
+def kv_shape(
+    layers: int, blocks: int, heads: int = NUM_HEADS, head_size: int = HEAD_SIZE
+) -> dict[str, tuple[int, ...]]:
     """vLLM flash-attention layout: per layer (2, blocks, block_size, heads, head_size)."""
-    return {f"layer.{i}": (2, blocks, BLOCK_SIZE, NUM_HEADS, HEAD_SIZE) for i in range(layers)}
+    return {f"layer.{i}": (2, blocks, BLOCK_SIZE, heads, head_size) for i in range(layers)}
 
 
-def source_kv(layers: int, blocks: int, seed: int) -> dict[str, torch.Tensor]:
+def source_kv(
+    layers: int, blocks: int, seed: int, heads: int = NUM_HEADS, head_size: int = HEAD_SIZE
+) -> dict[str, torch.Tensor]:
     """The bytes a rank stores: a pure function of (shape, seed), on the CPU."""
     generator = torch.Generator().manual_seed(seed)
     return {
         name: torch.randn(shape, generator=generator, dtype=torch.float32).to(DTYPE)
-        for name, shape in kv_shape(layers, blocks).items()
+        for name, shape in kv_shape(layers, blocks, heads, head_size).items()
     }
 
 
@@ -96,6 +101,9 @@ def main() -> int:
     parser.add_argument("--device", default="{{ cookiecutter.device_name }}")
     parser.add_argument("--mq-timeout", type=float, default=20.0)
     parser.add_argument("--mode", default="engine_driven", choices=["engine_driven", "lmcache_driven", "auto"])
+    parser.add_argument("--heads", type=int, default=NUM_HEADS)
+    parser.add_argument("--head-size", type=int, default=HEAD_SIZE)
+    parser.add_argument("--first-token", type=int, default=7, help="distinct prompts for repeated runs")
     args = parser.parse_args()
     # The test sends SIGUSR1 before killing a stalled worker: the stacks land in its log.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -107,16 +115,19 @@ def main() -> int:
     used_blocks = args.tokens // BLOCK_SIZE
     num_blocks = 2 * used_blocks + 2
     device = torch.device(args.device, args.rank % max(1, _device_count(args.device)))
-    expected = source_kv(args.layers, num_blocks, seed=1000 + args.rank)
-    tokens = token_ids(args.tokens)
+    expected = source_kv(args.layers, num_blocks, 1000 + args.rank, args.heads, args.head_size)
+    tokens = token_ids(args.tokens, args.first_token)
 
     # Source worker: seeded KV in blocks [0, used_blocks).
     source_blocks = list(range(used_blocks))
     source = make_adapter(args, {name: t.to(device) for name, t in expected.items()})
     op = LoadStoreOp(token_ids=tokens, block_ids=[source_blocks], start=0, end=args.tokens)
+    # A fresh request id per store: the server caches a request's chunk hashes by
+    # id, so reusing one for another prompt "stores" nothing and still says True.
+    store_id = f"store-{uuid.uuid4().hex}"
     started = time.perf_counter()
-    source.submit_store_request("store", op, source.create_recorded_event())
-    stored = bool(source.store_futures["store"].result(timeout=args.mq_timeout))
+    source.submit_store_request(store_id, op, source.create_recorded_event())
+    stored = bool(source.store_futures[store_id].result(timeout=args.mq_timeout))
     report(
         phase="store",
         rank=args.rank,
@@ -149,6 +160,7 @@ def main() -> int:
         future, _ = destination.retrieve_futures[request_id]
         ok = bool(future.result(timeout=args.mq_timeout))
         getattr(torch, args.device).synchronize()
+        elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
         matches = all(
             torch.equal(
                 target[name][:, target_blocks].cpu().view(torch.uint8),
@@ -162,7 +174,7 @@ def main() -> int:
             ok=ok,
             bytes_match=matches,
             kv_device_type=next(iter(target.values())).device.type,
-            elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
+            elapsed_ms=elapsed_ms,
         )
     destination.shutdown()
     source.shutdown()
