@@ -218,10 +218,18 @@ class Worker:
         result["log"] = self.log()
         return result
 
-    def retrieve(self, request_id: str) -> None:
+    def _send(self, line: str) -> None:
         assert self.process.stdin is not None
-        self.process.stdin.write(f"retrieve {request_id}\n")
+        self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
+
+    def retrieve(self, request_id: str, first_token: int | None = None) -> None:
+        """Retrieve the prompt starting at ``first_token`` (default: the first one stored)."""
+        self._send(f"retrieve {request_id}" + ("" if first_token is None else f" {first_token}"))
+
+    def store(self, first_token: int) -> None:
+        """Store the same KV bytes again under the prompt starting at ``first_token``."""
+        self._send(f"store {first_token}")
 
     def close(self, timeout: float = 60) -> int:
         """Close stdin (the worker unregisters and exits) and return its exit code."""

@@ -10,8 +10,9 @@ on ``{{ cookiecutter.device_name }}`` tensors, and prints one JSON line with wha
 Protocol (one JSON line per step on stdout; logs go to stderr):
   start        register seeded random KV, store ``--tokens`` tokens  -> {"phase": "store", ...}
                register a second, all-zero KV cache                  -> {"phase": "ready"}
-  stdin line   ``retrieve <request_id>`` (after the scheduler's lookup with that id):
+  stdin line   ``retrieve <request_id> [first token]`` (after the scheduler's lookup with that id):
                retrieve into disjoint zeroed blocks, compare bytes   -> {"phase": "retrieve", ...}
+  stdin line   ``store <first token>``: store the same KV under another prompt -> {"phase": "store", ...}
   stdin EOF    unregister both caches and exit.
 """
 
@@ -116,26 +117,28 @@ def main() -> int:
     num_blocks = 2 * used_blocks + 2
     device = torch.device(args.device, args.rank % max(1, _device_count(args.device)))
     expected = source_kv(args.layers, num_blocks, 1000 + args.rank, args.heads, args.head_size)
-    tokens = token_ids(args.tokens, args.first_token)
 
     # Source worker: seeded KV in blocks [0, used_blocks).
     source_blocks = list(range(used_blocks))
     source = make_adapter(args, {name: t.to(device) for name, t in expected.items()})
-    op = LoadStoreOp(token_ids=tokens, block_ids=[source_blocks], start=0, end=args.tokens)
-    # A fresh request id per store: the server caches a request's chunk hashes by
-    # id, so reusing one for another prompt "stores" nothing and still says True.
-    store_id = f"store-{uuid.uuid4().hex}"
-    started = time.perf_counter()
-    source.submit_store_request(store_id, op, source.create_recorded_event())
-    stored = bool(source.store_futures[store_id].result(timeout=args.mq_timeout))
-    report(
-        phase="store",
-        rank=args.rank,
-        ok=stored,
-        kv_device_type=device.type,
-        transfer_context=type(source.transfer_ctx).__name__,
-        elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
-    )
+
+    def store(first_token: int) -> None:
+        prompt = token_ids(args.tokens, first_token)
+        op = LoadStoreOp(token_ids=prompt, block_ids=[source_blocks], start=0, end=args.tokens)
+        # A fresh request id per store: the server caches a request's chunk hashes by
+        # id, so reusing one for another prompt "stores" nothing and still says True.
+        store_id = f"store-{uuid.uuid4().hex}"
+        started = time.perf_counter()
+        source.submit_store_request(store_id, op, source.create_recorded_event())
+        ok = bool(source.store_futures[store_id].result(timeout=args.mq_timeout))
+        report(
+            phase="store",
+            rank=args.rank,
+            ok=ok,
+            kv_device_type=device.type,
+            transfer_context=type(source.transfer_ctx).__name__,
+            elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
+        )
 
     # Destination worker: a second engine instance with all-zero KV caches.
     # Both stay registered, as live vLLM workers are, so the scheduler's
@@ -145,16 +148,12 @@ def main() -> int:
     # Reversed and disjoint from the stored range: retrieval must not depend
     # on block positions.
     target_blocks = list(range(num_blocks - 1, num_blocks - 1 - used_blocks, -1))
-    report(phase="ready", rank=args.rank)
 
-    exit_code = 0 if stored else 1
-    for line in sys.stdin:
-        command, _, request_id = line.strip().partition(" ")
-        if command != "retrieve":
-            break
+    def retrieve(request_id: str, first_token: int) -> None:
         for t in target.values():
             t.zero_()
-        op = LoadStoreOp(token_ids=tokens, block_ids=[target_blocks], start=0, end=args.tokens)
+        prompt = token_ids(args.tokens, first_token)
+        op = LoadStoreOp(token_ids=prompt, block_ids=[target_blocks], start=0, end=args.tokens)
         started = time.perf_counter()
         destination.submit_retrieve_request(request_id, op, destination.create_recorded_event())
         future, _ = destination.retrieve_futures[request_id]
@@ -176,9 +175,20 @@ def main() -> int:
             kv_device_type=next(iter(target.values())).device.type,
             elapsed_ms=elapsed_ms,
         )
+
+    store(args.first_token)
+    report(phase="ready", rank=args.rank)
+    for line in sys.stdin:
+        command, *operands = line.split()
+        if command == "store":  # store <first token>: another prompt, same KV bytes
+            store(int(operands[0]))
+        elif command == "retrieve":  # retrieve <request id> [first token]
+            retrieve(operands[0], int(operands[1]) if len(operands) > 1 else args.first_token)
+        else:
+            break
     destination.shutdown()
     source.shutdown()
-    return exit_code
+    return 0
 
 
 def _device_count(device_type: str) -> int:
