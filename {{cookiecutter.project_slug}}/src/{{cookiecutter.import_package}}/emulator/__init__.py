@@ -219,7 +219,7 @@ def _install() -> types.ModuleType:
         "current_device": lambda: int(_ext.current_device()),
         "set_device": lambda device: _ext.set_device(_device_index(device)),
         "synchronize": _noop,
-        "empty_cache": _noop,
+        "empty_cache": lambda: _ext.empty_cache(),
         "device": _DeviceContext,
         "Stream": Stream,
         "Event": Event,

@@ -11,7 +11,8 @@
 //   * pinned host memory is tracked, so pin_memory=True and is_pinned() work;
 //   * allocations of 64 KiB and more live in memfd shared memory, so another
 //     process can map them through an IPC handle (pid, fd), the way device
-//     runtimes export memory; nothing is ever named in /dev/shm;
+//     runtimes export memory; nothing is ever named in /dev/shm; freed ones
+//     are cached for reuse, like a device caching allocator (empty_cache());
 //   * every op without a kernel here runs the CPU kernel directly on the
 //     device memory (the `_to_cpu` kernel below returns zero-copy aliases).
 //
@@ -80,6 +81,13 @@ struct Mapping {
 std::mutex g_mapping_mutex;
 std::map<uintptr_t, Mapping> g_mappings;  // base address -> mapping
 
+// Freed shareable allocations are kept for reuse, as device caching allocators
+// do: a fresh mapping costs a memfd, an mmap and a page fault per 4 KiB touched,
+// which would dominate every op that makes large temporaries.
+constexpr size_t kCacheLimitBytes = size_t(1) << 30;
+std::multimap<size_t, std::pair<void*, int>> g_cached;  // size -> (address, memfd)
+size_t g_cached_bytes = 0;
+
 void free_device_memory(void* ptr) {
   Mapping mapping{-1, 0};
   bool mapped = false;
@@ -90,6 +98,11 @@ void free_device_memory(void* ptr) {
       mapping = it->second;
       mapped = true;
       g_mappings.erase(it);
+      if (mapping.fd >= 0 && g_cached_bytes + mapping.size <= kCacheLimitBytes) {
+        g_cached.emplace(mapping.size, std::make_pair(ptr, mapping.fd));
+        g_cached_bytes += mapping.size;
+        return;
+      }
     }
   }
   if (!mapped) {
@@ -98,6 +111,20 @@ void free_device_memory(void* ptr) {
   }
   munmap(ptr, mapping.size);
   if (mapping.fd >= 0) close(mapping.fd);
+}
+
+// Release every cached mapping (torch.<device>.empty_cache()).
+void empty_cache() {
+  std::multimap<size_t, std::pair<void*, int>> released;
+  {
+    std::lock_guard<std::mutex> lock(g_mapping_mutex);
+    released.swap(g_cached);
+    g_cached_bytes = 0;
+  }
+  for (auto& [size, entry] : released) {
+    munmap(entry.first, size);
+    close(entry.second);
+  }
 }
 
 void* map_shared(int fd, size_t nbytes) {
@@ -112,6 +139,17 @@ c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
     void* ptr = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
     // The device tag matters: a TensorImpl takes its device from its storage.
     return {ptr, ptr, &free_device_memory, device};
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_mapping_mutex);
+    auto cached = g_cached.find(nbytes);
+    if (cached != g_cached.end()) {
+      auto [ptr, fd] = cached->second;
+      g_cached.erase(cached);
+      g_cached_bytes -= nbytes;
+      g_mappings[reinterpret_cast<uintptr_t>(ptr)] = Mapping{fd, nbytes};
+      return {ptr, ptr, &free_device_memory, device};
+    }
   }
   const int fd = memfd_create("lmcache-emulated-device", MFD_CLOEXEC);
   TORCH_CHECK(fd >= 0, "memfd_create failed: ", std::strerror(errno));
@@ -532,4 +570,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("ipc_export", &ipc_export, "(pid, fd, offset, size) of the exportable allocation at an address.");
   m.def("ipc_open", &ipc_open, "Map an exported allocation: (pid, fd, size, device index) -> uint8 tensor.");
   m.def("live_shared_mappings", &live_shared_mappings, "Shared allocations and imports alive in this process.");
+  m.def("empty_cache", &empty_cache, "Release the cached, currently unused shareable allocations.");
 }
