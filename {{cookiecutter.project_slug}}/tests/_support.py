@@ -20,6 +20,9 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import torch
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "e2e_worker.py"
@@ -55,6 +58,12 @@ def run_python(code: str, env: Mapping[str, str | None] = (), timeout: float = 1
         timeout=timeout,
         cwd=HERE.parent.parent,  # outside the source tree's src/ on sys.path
     )
+
+
+def same_bytes(a: Any, b: Any) -> bool:
+    """Two tensors (any devices) have equal shapes and identical bytes."""
+    as_bytes = [t.cpu().contiguous().view(torch.uint8) for t in (a, b)]
+    return bool(a.shape == b.shape and torch.equal(*as_bytes))
 
 
 def last_json_line(text: str) -> dict:

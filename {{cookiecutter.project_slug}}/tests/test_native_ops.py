@@ -16,7 +16,7 @@ import textwrap
 import lmcache
 import pytest
 import torch
-from _support import run_python
+from _support import run_python, same_bytes
 from lmcache.v1.multiprocess.transfer_context.base import (
     _detect_block_transfer_accepts_tensor,
     gather_paged_kv_to_cpu,
@@ -48,10 +48,6 @@ def kv(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float16) ->
     generator = torch.Generator().manual_seed(seed)
     return {f"layer.{i}": torch.randn(shape, generator=generator).to(dtype) for i in range(LAYERS)}
 
-
-def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    as_bytes = [t.cpu().contiguous().view(torch.uint8) for t in (a, b)]
-    return a.shape == b.shape and torch.equal(*as_bytes)
 
 
 def test_native_ops_are_bound_over_the_baseline(native) -> None:  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import lmcache  # noqa: F401 - builds the registry with conftest's environment
 import pytest
 import torch
+from _support import same_bytes
 from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu, scatter_cpu_to_paged_kv
 from lmcache.v1.platform import resolve_device_ops
 
@@ -37,10 +38,6 @@ def random_kv(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> dict[str
 def on_device(kv: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: t.to(DEVICE) for name, t in kv.items()}
 
-
-def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    as_bytes = [t.cpu().contiguous().view(torch.uint8) for t in (a, b)]
-    return a.shape == b.shape and torch.equal(*as_bytes)
 
 
 def test_kv_tensors_of_this_device_resolve_to_the_plugin_ops() -> None:
