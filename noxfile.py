@@ -12,6 +12,9 @@ Sessions:
                      build its wheel, install it into a fresh environment with real
                      torch (CPU) and lmcache, and run the rendered conformance suite,
                      end to end against a real ``lmcache server`` on 127.0.0.1.
+  bench              (not default) op-level and end-to-end transfer figures for
+                     native foo ops, the torch baseline on foo and LMCache's CPU
+                     path; table, JSON and PNG in bench-results/.
 
 Configuration (environment variables):
   LMCACHE_TEMPLATE_TORCH  the torch requirement installed before anything else

@@ -60,6 +60,27 @@ def run_python(code: str, env: Mapping[str, str | None] = (), timeout: float = 1
     )
 
 
+#: Paged KV geometry shared by the op-level tests: block size, blocks, heads, head size, layers.
+BS, NB, NH, HS, LAYERS = 16, 12, 2, 32, 3
+#: Flat block ids of three two-block chunks, out of order.
+BLOCK_IDS = [5, 1, 3, 7, 10, 0]
+#: Per-layer KV shapes for the formats LMCache detects, with the hints vLLM passes.
+KV_LAYOUTS: dict[str, tuple[tuple[int, ...], dict[str, str]]] = {
+    "flash_nhd": ((2, NB, BS, NH, HS), {"kv_layout": "NHD"}),
+    "flash_hnd": ((2, NB, NH, BS, HS), {"kv_layout": "HND"}),
+    "flashinfer_nhd": ((NB, 2, BS, NH, HS), {"kv_layout": "NHD"}),
+    "mla": ((NB, BS, HS), {"kv_layout": "NHD"}),
+}
+
+
+def seeded_kv(
+    shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float16, layers: int = LAYERS, device: str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """Per-layer KV tensors of random values, a pure function of the arguments."""
+    generator = torch.Generator().manual_seed(seed)
+    return {f"layer.{i}": torch.randn(shape, generator=generator).to(dtype).to(device) for i in range(layers)}
+
+
 def same_bytes(a: Any, b: Any) -> bool:
     """Two tensors (any devices) have equal shapes and identical bytes."""
     as_bytes = [t.cpu().contiguous().view(torch.uint8) for t in (a, b)]

@@ -17,7 +17,7 @@ import types
 import lmcache
 import pytest
 import torch
-from _support import QUIET_ENV, child_env
+from _support import QUIET_ENV, child_env, seeded_kv
 from conftest import on_emulator
 from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu
 from lmcache.v1.multiprocess.transfer_context.worker_transfer import create_transfer_context
@@ -31,9 +31,8 @@ SHAPE = (2, 32, 16, 2, 32)
 CHUNK = 32
 
 
-def kv_caches(seed: int = 0, layers: int = 3) -> dict[str, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    return {f"layer.{i}": torch.randn(SHAPE, generator=generator).to(torch.float16).to(DEVICE) for i in range(layers)}
+def kv_caches(seed: int = 0) -> dict[str, torch.Tensor]:
+    return seeded_kv(SHAPE, seed, device=DEVICE)
 
 
 # ---------------------------------------------------------------- routing --

@@ -16,7 +16,7 @@ import textwrap
 import lmcache
 import pytest
 import torch
-from _support import run_python, same_bytes
+from _support import BLOCK_IDS, BS, KV_LAYOUTS, run_python, same_bytes, seeded_kv
 from lmcache.v1.multiprocess.transfer_context.base import (
     _detect_block_transfer_accepts_tensor,
     gather_paged_kv_to_cpu,
@@ -26,15 +26,9 @@ from lmcache.v1.platform import ops_types, resolve_device_ops, torch_ops
 
 DEVICE = "{{ cookiecutter.device_name }}"
 PACKAGE = "{{ cookiecutter.import_package }}"
-BS, NB, NH, HS, LAYERS = 16, 12, 2, 32, 3
-BLOCK_IDS = [5, 1, 3, 7, 10, 0]
 #: Formats the sample kernels handle, and one they hand back to the baseline.
-NATIVE_LAYOUTS = {
-    "flash_nhd": ((2, NB, BS, NH, HS), {"kv_layout": "NHD"}),
-    "flashinfer_nhd": ((NB, 2, BS, NH, HS), {"kv_layout": "NHD"}),
-    "mla": ((NB, BS, HS), {"kv_layout": "NHD"}),
-}
-FALLBACK_LAYOUTS = {"flash_hnd": ((2, NB, NH, BS, HS), {"kv_layout": "HND"})}
+NATIVE_LAYOUTS = {name: KV_LAYOUTS[name] for name in ("flash_nhd", "flashinfer_nhd", "mla")}
+FALLBACK_LAYOUTS = {"flash_hnd": KV_LAYOUTS["flash_hnd"]}
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +36,6 @@ def native():  # type: ignore[no-untyped-def]
     if importlib.util.find_spec(f"{PACKAGE}.native_ops") is None:
         pytest.skip(f"{PACKAGE} ships no native ops module (rendered with native_ops=no)")
     return importlib.import_module(f"{PACKAGE}.native_ops")
-
-
-def kv(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    return {f"layer.{i}": torch.randn(shape, generator=generator).to(dtype) for i in range(LAYERS)}
 
 
 
@@ -89,7 +78,7 @@ def test_native_transfers_equal_the_baseline_both_ways(  # type: ignore[no-untyp
 ) -> None:
     """D2H and H2D through the bound op equal the CPU baseline byte for byte; supported formats run natively."""
     shape, hints = {**NATIVE_LAYOUTS, **FALLBACK_LAYOUTS}[layout]
-    source = kv(shape, seed=11, dtype=dtype)
+    source = seeded_kv(shape, seed=11, dtype=dtype)
     before = dict(native._calls)
     expected = gather_paged_kv_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
     on_device = {k: v.to(DEVICE) for k, v in source.items()}

@@ -12,27 +12,13 @@ from __future__ import annotations
 import lmcache  # noqa: F401 - builds the registry with conftest's environment
 import pytest
 import torch
-from _support import same_bytes
+from _support import BLOCK_IDS, BS, KV_LAYOUTS, same_bytes, seeded_kv
 from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu, scatter_cpu_to_paged_kv
 from lmcache.v1.platform import resolve_device_ops
 
 DEVICE = "{{ cookiecutter.device_name }}"
-BS, NB, NH, HS, LAYERS = 16, 12, 2, 32, 3
 BLOCKS_PER_CHUNK = 2
-BLOCK_IDS = [5, 1, 3, 7, 10, 0]  # three chunks, out of order
-
-#: Per-layer KV shapes for the formats LMCache detects, with the hints vLLM passes.
-LAYOUTS = {
-    "flash_nhd": ((2, NB, BS, NH, HS), {"kv_layout": "NHD"}),
-    "flash_hnd": ((2, NB, NH, BS, HS), {"kv_layout": "HND"}),
-    "flashinfer_nhd": ((NB, 2, BS, NH, HS), {"kv_layout": "NHD"}),
-    "mla": ((NB, BS, HS), {"kv_layout": "NHD"}),
-}
-
-
-def random_kv(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> dict[str, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    return {f"layer.{i}": torch.randn(shape, generator=generator).to(dtype) for i in range(LAYERS)}
+LAYOUTS = KV_LAYOUTS
 
 
 def on_device(kv: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -50,7 +36,7 @@ def test_kv_tensors_of_this_device_resolve_to_the_plugin_ops() -> None:
 def test_gather_d2h_matches_the_cpu_baseline(layout: str, dtype: torch.dtype) -> None:
     """multi_layer_block_kv_transfer D2H: chunks gathered from the device equal the CPU result."""
     shape, hints = LAYOUTS[layout]
-    kv_cpu = random_kv(shape, dtype, seed=1)
+    kv_cpu = seeded_kv(shape, seed=1, dtype=dtype)
     expected = gather_paged_kv_to_cpu(kv_cpu, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
     got = gather_paged_kv_to_cpu(on_device(kv_cpu), BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
     assert len(got) == len(expected) == len(BLOCK_IDS) // BLOCKS_PER_CHUNK
@@ -64,7 +50,7 @@ def test_gather_d2h_matches_the_cpu_baseline(layout: str, dtype: torch.dtype) ->
 def test_scatter_h2d_matches_the_cpu_baseline(layout: str, skip_tokens: int) -> None:
     """multi_layer_block_kv_transfer H2D, with skipped prefix blocks: device KV equals the CPU result."""
     shape, hints = LAYOUTS[layout]
-    source = random_kv(shape, torch.float16, seed=2)
+    source = seeded_kv(shape, seed=2)
     chunks = gather_paged_kv_to_cpu(source, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
     kv_cpu = {name: torch.zeros_like(t) for name, t in source.items()}
     kv_dev = on_device(kv_cpu)
