@@ -34,6 +34,7 @@ import zipfile
 from pathlib import Path
 
 import nox
+from packaging.requirements import Requirement
 
 nox.needs_version = ">=2024.4.15"
 nox.options.sessions = ["tests", "generate_and_test"]
@@ -42,6 +43,13 @@ nox.options.reuse_existing_virtualenvs = True
 ROOT = Path(__file__).resolve().parent
 TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
 TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "ruff"]
+_CONTEXT = json.loads((ROOT / "cookiecutter.json").read_text())
+#: The LMCache releases the rendered package supports, oldest first (cookiecutter.json).
+LMCACHE_RELEASES: list[str] = _CONTEXT["_lmcache_tested"]
+LMCACHE_REQUIREMENT: str = _CONTEXT["_lmcache_requirement"]
+NEWEST = LMCACHE_RELEASES[-1]
+#: Undeclared dependencies a release's ``lmcache`` command line needs (0.5.5's CLI imports openai).
+RELEASE_EXTRAS: dict[str, list[str]] = {"0.5.5": ["openai"]}
 #: The sample backends generate_and_test proves, one after another in one environment.
 VARIANTS = {
     "engine-driven": {"device_name": "foo", "lmcache_driven": "no", "native_ops": "no"},
@@ -77,9 +85,16 @@ def inspect_wheel(session: nox.Session, wheel: Path, answers: dict[str, str]) ->
     problems = []
     if expected_ep not in entry_points:
         problems.append(f"entry_points.txt lacks {expected_ep!r}:\n{entry_points}")
-    for line in ("Requires-Dist: lmcache==0.5.6", "License-Expression: Apache-2.0", "License-File: LICENSE"):
+    for line in ("License-Expression: Apache-2.0", "License-File: LICENSE"):
         if line not in metadata.splitlines():
             problems.append(f"METADATA lacks {line!r}")
+    requires = [Requirement(line.split(":", 1)[1]) for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    lmcache_req = [r for r in requires if r.name == "lmcache"]
+    if [r.specifier for r in lmcache_req] != [Requirement(LMCACHE_REQUIREMENT).specifier]:
+        problems.append(f"Requires-Dist for lmcache is {[str(r) for r in lmcache_req]}, expected {LMCACHE_REQUIREMENT!r}")
+    allowed = [v for v in LMCACHE_RELEASES if Requirement(LMCACHE_REQUIREMENT).specifier.contains(v)]
+    if allowed != LMCACHE_RELEASES:
+        problems.append(f"{LMCACHE_REQUIREMENT!r} excludes tested releases {sorted(set(LMCACHE_RELEASES) - set(allowed))}")
     for required in (f"lmcache_{device}/py.typed", f"lmcache_{device}/emulator/csrc/host_device.cpp", f"{info}/licenses/LICENSE"):
         if required not in names:
             problems.append(f"wheel lacks {required}")
@@ -103,12 +118,8 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-p", "no:cacheprovider", str(ROOT / "tests"), *session.posargs)
 
 
-@nox.session(reuse_venv=True)
-def generate_and_test(session: nox.Session) -> None:
-    """Render each foo variant, build its wheel, install it with CPU torch and lmcache, run its conformance suite.
-
-    Posargs select variants by name (default: all): nox -s generate_and_test -- engine-driven
-    """
+def prove_release(session: nox.Session, release: str) -> None:
+    """Install CPU torch and lmcache ``release``, then prove the selected variants one after another."""
     unknown = set(session.posargs) - set(VARIANTS)
     if unknown:
         session.error(f"unknown variant(s) {sorted(unknown)}; choose from {sorted(VARIANTS)}")
@@ -125,13 +136,34 @@ def generate_and_test(session: nox.Session) -> None:
     # Torch first and pinned: lmcache's own dependency on torch is unpinned.
     session.install(TORCH)
     # setuptools and wheel: native variants build without isolation, against this torch.
-    session.install("lmcache==0.5.6", "build", "mypy", "setuptools>=77", "wheel", *TEMPLATE_DEPS)
-    lap("install torch + lmcache")
+    session.install(f"lmcache=={release}", *RELEASE_EXTRAS.get(release, []), "build", "mypy", "setuptools>=77", "wheel", *TEMPLATE_DEPS)
+    session.run("python", "-c", "from importlib.metadata import version; print('lmcache under test:', version('lmcache'))")
+    lap(f"install torch + lmcache {release}")
     work = Path(session.create_tmp()).resolve()
     for name in selected:
         prove_variant(session, work / name, VARIANTS[name])
         lap(name)
-    session.log("timings (s): " + json.dumps(timings) + f", total {sum(timings.values()):.1f}")
+    session.log(f"lmcache {release} timings (s): " + json.dumps(timings) + f", total {sum(timings.values()):.1f}")
+
+
+@nox.session(reuse_venv=True)
+def generate_and_test(session: nox.Session) -> None:
+    """Render each foo variant, build its wheel, install it with CPU torch and the newest lmcache, run its suite.
+
+    Posargs select variants by name (default: all): nox -s generate_and_test -- engine-driven
+    """
+    prove_release(session, NEWEST)
+
+
+@nox.session(reuse_venv=True)
+@nox.parametrize("lmcache", LMCACHE_RELEASES, ids=LMCACHE_RELEASES)
+def lmcache_releases(session: nox.Session, lmcache: str) -> None:
+    """generate_and_test against each supported lmcache release, each in its own environment.
+
+    nox -s lmcache_releases runs them all; nox -s "lmcache_releases(0.5.4)" one.
+    Posargs select variants, as for generate_and_test.
+    """
+    prove_release(session, lmcache)
 
 
 def install_variant(session: nox.Session, work: Path, answers: dict[str, str], *, lint: bool = True) -> Path:
@@ -183,7 +215,7 @@ def bench(session: nox.Session) -> None:
     by side in one run. Posargs go to benchmarks/transfer_bench.py (e.g. --reps 9).
     """
     session.install(TORCH)
-    session.install("lmcache==0.5.6", "build", "setuptools>=77", "wheel", "matplotlib", *TEMPLATE_DEPS)
+    session.install(f"lmcache=={NEWEST}", "build", "setuptools>=77", "wheel", "matplotlib", *TEMPLATE_DEPS)
     work = Path(session.create_tmp()).resolve()
     answers = {"device_name": "foo", "lmcache_driven": "default", "native_ops": "yes"}
     project = install_variant(session, work / "native", answers, lint=False)

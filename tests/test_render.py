@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import TEMPLATE
 
 LEFTOVER = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
 
@@ -140,12 +142,14 @@ def test_rendered_project_passes_its_own_ruff_configuration(render: Callable[...
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_pyproject_declares_the_entry_point_and_pins_the_tested_lmcache(render: Callable[..., Path]) -> None:
-    """The entry point is named backend_name and points to the spec; lmcache is pinned to 0.5.6."""
+def test_pyproject_declares_the_entry_point_and_requires_exactly_the_tested_lmcache_range(
+    render: Callable[..., Path],
+) -> None:
+    """The entry point is named backend_name and points to the spec; lmcache is >=oldest,<=newest tested release."""
     meta = pyproject(render())
     project = meta["project"]
     assert project["entry-points"]["lmcache.device_plugins"] == {"foo": "lmcache_foo.device:FooDeviceSpec"}
-    assert project["dependencies"] == ["lmcache==0.5.6"]
+    assert project["dependencies"] == ["lmcache>=0.5.4,<=0.5.6"]
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     assert meta["tool"]["setuptools"]["packages"]["find"]["where"] == ["src"]
 
@@ -204,3 +208,15 @@ def test_todo_markers_sit_where_vendor_code_goes(render: Callable[..., Path]) ->
         for path in (project / "src/lmcache_foo").glob("*.py")
     }
     assert todos["device.py"] >= 1 and todos["device_ops.py"] >= 2
+
+
+def test_compat_module_lists_the_same_tested_releases_as_the_requirement(render: Callable[..., Path]) -> None:
+    """_lmcache_compat's TESTED_LMCACHE_VERSIONS are the tested releases, and the requirement spans exactly them."""
+    context = json.loads((TEMPLATE / "cookiecutter.json").read_text())
+    tested, requirement = context["_lmcache_tested"], context["_lmcache_requirement"]
+    assert tested == sorted(tested, key=lambda v: tuple(int(p) for p in v.split(".")))
+    assert requirement == f"lmcache>={tested[0]},<={tested[-1]}"
+    compat = (render() / "src" / "lmcache_foo" / "_lmcache_compat.py").read_text()
+    line = next(ln for ln in compat.splitlines() if ln.startswith("TESTED_LMCACHE_VERSIONS = "))
+    assert ast.literal_eval(line.split("=", 1)[1].strip()) == tuple(tested)
+    assert f'SUPPORTED_LMCACHE = "{requirement}"' in compat

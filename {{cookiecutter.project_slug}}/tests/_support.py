@@ -184,6 +184,13 @@ class LMCacheServer:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/status", timeout=5) as reply:
             return json.loads(reply.read())
 
+    def l1_status(self) -> dict:
+        """The default L1 manager's counters (``/status`` nests them differently per release)."""
+        storage = self.status()["storage_manager"]
+        if "l1_managers" in storage:  # lmcache 0.5.6: one entry per named L1 manager
+            return storage["l1_managers"]["_default"]
+        return storage["l1_manager"]  # lmcache 0.5.4, 0.5.5
+
 
 @contextmanager
 def running_server(log_path: Path, **kwargs: object) -> Iterator[LMCacheServer]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import inspect
 import json
 import signal
 import sys
@@ -83,8 +84,26 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
             "lmcache.mp.heartbeat_interval": 1.0,
         },
     )
-    adapter.register_kv_caches(kv, layout_hints={"kv_layout": "NHD"})
+    # lmcache 0.5.5+ takes layout hints; 0.5.4 assumes NHD, the layout used here.
+    nhd = {"kv_layout": "NHD"}
+    if "layout_hints" in inspect.signature(adapter.register_kv_caches).parameters:
+        adapter.register_kv_caches(kv, layout_hints=nhd)
+    else:
+        adapter.register_kv_caches(kv)
     return adapter
+
+
+def recorded_event(adapter: Any, device: torch.device) -> Any:
+    """The ordering event a vLLM worker hands to a store or retrieve request.
+
+    lmcache 0.5.5+ creates it (``create_recorded_event``); with 0.5.4 the vLLM
+    connector records an interprocess event on the device's current stream.
+    """
+    if hasattr(adapter, "create_recorded_event"):
+        return adapter.create_recorded_event()
+    event = getattr(torch, device.type).Event(interprocess=True)
+    event.record()
+    return event
 
 
 def report(**fields: Any) -> None:
@@ -129,7 +148,7 @@ def main() -> int:
         # id, so reusing one for another prompt "stores" nothing and still says True.
         store_id = f"store-{uuid.uuid4().hex}"
         started = time.perf_counter()
-        source.submit_store_request(store_id, op, source.create_recorded_event())
+        source.submit_store_request(store_id, op, recorded_event(source, device))
         ok = bool(source.store_futures[store_id].result(timeout=args.mq_timeout))
         report(
             phase="store",
@@ -155,7 +174,7 @@ def main() -> int:
         prompt = token_ids(args.tokens, first_token)
         op = LoadStoreOp(token_ids=prompt, block_ids=[target_blocks], start=0, end=args.tokens)
         started = time.perf_counter()
-        destination.submit_retrieve_request(request_id, op, destination.create_recorded_event())
+        destination.submit_retrieve_request(request_id, op, recorded_event(destination, device))
         future, _ = destination.retrieve_futures[request_id]
         ok = bool(future.result(timeout=args.mq_timeout))
         getattr(torch, args.device).synchronize()

@@ -14,6 +14,7 @@ and compares bytes, on both engine-driven sub-paths:
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,7 +36,7 @@ _ids = itertools.count()
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LMCacheServer]:
     """One real server per sub-path, on free loopback ports, stopped by PID."""
     log = tmp_path_factory.mktemp(f"server-{request.param}") / "server.log"
-    shm_name = f"e2e_{DEVICE}_{log.parent.name}" if request.param == "shm" else None
+    shm_name = f"e2e_{DEVICE}_{os.getpid()}_{log.parent.name}" if request.param == "shm" else None
     with running_server(log, transfer_mode="engine_driven", shm_name=shm_name, chunk_size=CHUNK) as srv:
         srv.sub_path = request.param  # type: ignore[attr-defined]
         yield srv
@@ -68,7 +69,7 @@ def test_store_lookup_retrieve_round_trip_is_byte_exact(server: LMCacheServer, w
         scheduler.close()
     check_round_trip(f"engine_driven/{server.sub_path}", stored, retrieved, world_size)  # type: ignore[attr-defined]
     assert {r["kv_device_type"] for r in retrieved} == {DEVICE}
-    l1 = server.status()["storage_manager"]["l1_managers"]["_default"]
+    l1 = server.l1_status()
     assert l1["read_locked_count"] == 0, "each retrieve must consume its lookup's read lock"
 
 

@@ -25,6 +25,8 @@ from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper
 from lmcache.v1.platform.cache_context import create_cache_context
 from lmcache.v1.platform.kv_wrap import wrap_kv_caches
 
+from {{ cookiecutter.import_package }}._lmcache_compat import auto_transfer_mode
+
 DEVICE = "{{ cookiecutter.device_name }}"
 #: Per layer (2, blocks, block_size, heads, head_size): large enough to be exportable.
 SHAPE = (2, 32, 16, 2, 32)
@@ -39,9 +41,9 @@ def kv_caches(seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def test_auto_mode_picks_the_transfer_path_the_spec_declares(spec) -> None:  # type: ignore[no-untyped-def]
-    """``auto`` resolves to the spec's default_mp_transfer_mode()."""
+    """``auto`` resolves to the spec's default_mp_transfer_mode() (lmcache 0.5.6+; before: engine-driven off CUDA)."""
     context = create_transfer_context(kv_caches(), instance_id=0, req_client=None, mode="auto")
-    expected = "LMCacheDriven" if spec.default_mp_transfer_mode().value == "lmcache_driven" else "EngineDriven"
+    expected = "LMCacheDriven" if auto_transfer_mode(spec) == "lmcache_driven" else "EngineDriven"
     assert expected in type(context).__name__
 
 

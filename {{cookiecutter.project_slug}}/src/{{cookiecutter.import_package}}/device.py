@@ -6,8 +6,8 @@
 while it builds its device registry, inside ``import lmcache``, in every process
 (worker and server), constructs it with no arguments and calls ``is_available()``.
 
-Must not import, at top level, anything from LMCache except ``DeviceSpec`` (via
-``_lmcache_compat``): LMCache is half-initialised at that point, and any other
+Must not import, at top level, anything from LMCache except the spec base class
+(via ``_lmcache_compat``): LMCache is half-initialised at that point, and any other
 import makes LMCache drop the plugin with only a warning. Ops load lazily in
 ``ops_cls``.
 """
@@ -19,7 +19,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from ._lmcache_compat import DeviceSpec
+from ._lmcache_compat import PortableDeviceSpec
 
 if TYPE_CHECKING:
 {%- if cookiecutter.lmcache_driven == 'no' %}
@@ -55,7 +55,7 @@ def torch_extension_module() -> str:
     return TORCH_EXTENSION_MODULE
 
 
-class {{ cookiecutter.class_prefix }}DeviceSpec(DeviceSpec):
+class {{ cookiecutter.class_prefix }}DeviceSpec(PortableDeviceSpec):
     """{{ cookiecutter.device_name }} device specification for LMCache's registry{% if cookiecutter.lmcache_driven == 'no' %} (engine-driven transfer){% endif %}."""
 
     @property
@@ -108,13 +108,15 @@ class {{ cookiecutter.class_prefix }}DeviceSpec(DeviceSpec):
         needs an IPC wrapper, a cache context and an event-IPC backend, which this
         package does not provide. With False, ``auto`` resolves to engine-driven and
         an explicit ``lmcache_driven`` request fails with LMCache's ValueError.
-        (The guide calls this ``is_handle_transfer_available`` with a True
-        default; lmcache {{ cookiecutter._lmcache_tested }} renamed it and defaults to False.)
+        (lmcache 0.5.4/0.5.5 and the guide ask ``is_handle_transfer_available``,
+        default True; 0.5.6 renamed it, default False. ``PortableDeviceSpec``
+        answers the old name with this method.)
         """
         return False
 {%- else %}
     # ---- LMCache-driven transfer: the server maps the worker's KV caches ----
-    # (the guide's ``is_handle_transfer_available``; lmcache {{ cookiecutter._lmcache_tested }} renamed it)
+    # (lmcache 0.5.4/0.5.5 and the guide ask ``is_handle_transfer_available``;
+    # PortableDeviceSpec answers that name with is_lmcache_driven_available)
 
     _event_backend_cache: {{ cookiecutter.class_prefix }}EventIPCBackend | None = None
 
@@ -127,7 +129,10 @@ class {{ cookiecutter.class_prefix }}DeviceSpec(DeviceSpec):
         return True
 
     def default_mp_transfer_mode(self) -> MPTransferMode:
-        """What transfer mode ``auto`` means for this device.
+        """What transfer mode ``auto`` means for this device (lmcache 0.5.6+).
+
+        lmcache 0.5.4/0.5.5 never ask: there, ``auto`` is engine-driven for every
+        device but CUDA, and workers must request ``lmcache_driven`` explicitly.
 {% if cookiecutter.lmcache_driven == 'opt_in' %}
         Engine-driven: LMCache-driven must be asked for explicitly
         (``LMCACHE_MP_TRANSFER_MODE=lmcache_driven`` or the connector's

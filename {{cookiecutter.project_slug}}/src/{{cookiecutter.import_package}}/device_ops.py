@@ -195,13 +195,19 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         TODO(vendor): call your device kernel here once you have one.
         """
         objects: list[torch.Tensor] | list[int] = lmcache_objects_ptrs
+        paged: torch.Tensor | list = paged_buffer_ptrs_tensor
         if lmcache_objects_ptrs and isinstance(lmcache_objects_ptrs[0], int):
+            from ._lmcache_compat import paged_layers_for_baseline
+
             _announce_pointer_mode()
             objects = self._device_chunks(
                 lmcache_objects_ptrs, shape_desc, lmcache_chunk_size, engine_kv_format, torch.device(device)
             )
+            paged = paged_layers_for_baseline(
+                paged_buffer_ptrs_tensor, engine_kv_format, shape_desc, torch.device(device), self.tensor_from_ptr
+            )
         torch_ops.multi_layer_block_kv_transfer(
-            paged_buffer_ptrs_tensor,
+            paged,
             objects,
             block_ids,
             device,
@@ -223,16 +229,9 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         """Chunk objects at device ``addresses``, shaped as LMCache lays them out."""
         # Imported at call time: the KV-format registry imports lmcache.device_ops,
         # which is being created while this module loads.
-        from ._lmcache_compat import infer_kv_dtype, kv_format_spec
+        from ._lmcache_compat import chunk_object_shape, infer_kv_dtype
 
-        spec = kv_format_spec(engine_kv_format)
-        nl, nh, hs = int(shape_desc.nl), int(shape_desc.nh), int(shape_desc.hs)
-        if spec.is_mla:
-            shape: tuple[int, ...] = (nl, chunk_tokens, hs)
-        elif spec.is_fused_packed or spec.is_single_kv:
-            shape = (nl, chunk_tokens, nh * hs)
-        else:
-            shape = (2, nl, chunk_tokens, nh * hs)
+        shape = chunk_object_shape(engine_kv_format, shape_desc, chunk_tokens)
         dtype = infer_kv_dtype(None, None, shape_desc)
         return [self.tensor_from_ptr(address, shape, dtype, device) for address in addresses]
 
