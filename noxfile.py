@@ -10,8 +10,12 @@ Sessions:
                      only; LMCache-driven as the default; LMCache-driven opt-in;
                      native ops with LMCache-driven),
                      build its wheel, install it into a fresh environment with real
-                     torch (CPU) and lmcache, and run the rendered conformance suite,
-                     end to end against a real ``lmcache server`` on 127.0.0.1.
+                     torch (CPU) and the newest supported lmcache, and run the rendered
+                     conformance suite, end to end against a real ``lmcache server``
+                     on 127.0.0.1.
+  lmcache_releases   (not default) the same for every supported lmcache release
+                     (cookiecutter.json ``_lmcache_tested``), one environment each;
+                     ``nox -s "lmcache_releases(0.5.4)"`` runs one release.
   bench              (not default) op-level and end-to-end transfer figures for
                      native foo ops, the torch baseline on foo and LMCache's CPU
                      path; table, JSON and PNG in bench-results/.
@@ -228,4 +232,4 @@ def bench(session: nox.Session) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit("run with: nox -s tests generate_and_test")
+    sys.exit('run with: nox -s tests generate_and_test "lmcache_releases(0.5.4)"')

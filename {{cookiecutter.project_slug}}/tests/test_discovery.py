@@ -133,3 +133,23 @@ def test_plugin_refuses_to_load_on_an_untested_lmcache_release() -> None:
     assert done.stdout.strip() == "False"
     assert f"Failed to load LMCache device plugin {BACKEND!r}" in done.stderr
     assert "{{ cookiecutter._lmcache_requirement }}" in done.stderr and "lmcache 99.0.0 is installed" in done.stderr
+
+
+def test_declared_lmcache_range_is_exactly_the_tested_releases() -> None:
+    """pyproject's lmcache requirement spans the tested releases, oldest to newest, and admits the installed one."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    compat = run_python(
+        "import lmcache, json; from {{ cookiecutter.import_package }} import _lmcache_compat as c; "
+        "print(json.dumps([c.SUPPORTED_LMCACHE, c.TESTED_LMCACHE_VERSIONS, c.installed_lmcache_version()]))",
+        {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None},
+    )
+    assert compat.returncode == 0, compat.stderr[-3000:]
+    supported, tested, installed = json.loads(compat.stdout.splitlines()[-1])
+    declared = [Requirement(r) for r in metadata.requires("{{ cookiecutter.project_slug }}") or []]
+    (lmcache_req,) = [r for r in declared if r.name == "lmcache"]
+    assert lmcache_req.specifier == Requirement(supported).specifier
+    oldest, newest = min(tested, key=Version), max(tested, key=Version)
+    assert lmcache_req.specifier == Requirement(f"lmcache>={oldest},<={newest}").specifier
+    assert installed in tested and lmcache_req.specifier.contains(installed)

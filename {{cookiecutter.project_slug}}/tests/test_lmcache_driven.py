@@ -47,6 +47,15 @@ def test_auto_mode_picks_the_transfer_path_the_spec_declares(spec) -> None:  # t
     assert expected in type(context).__name__
 
 
+def test_both_spellings_of_the_lmcache_driven_capability_give_one_answer(spec) -> None:  # type: ignore[no-untyped-def]
+    """is_handle_transfer_available() (lmcache 0.5.4/0.5.5) and is_lmcache_driven_available() (0.5.6) agree."""
+    assert spec.is_handle_transfer_available() is spec.is_lmcache_driven_available()
+    # Without a wrapper there is nothing to hand over: the answer must then be False under both names
+    # (0.5.4/0.5.5's base class would say True).
+    if spec.ipc_wrapper_cls is None:
+        assert spec.is_handle_transfer_available() is False
+
+
 def test_lmcache_driven_mode_is_served_or_refused_clearly(spec) -> None:  # type: ignore[no-untyped-def]
     """Asking for lmcache_driven gives LMCache's context, or LMCache's ValueError naming engine_driven."""
     if spec.is_lmcache_driven_available():
