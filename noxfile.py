@@ -52,8 +52,8 @@ _CONTEXT = json.loads((ROOT / "cookiecutter.json").read_text())
 LMCACHE_RELEASES: list[str] = _CONTEXT["_lmcache_tested"]
 LMCACHE_REQUIREMENT: str = _CONTEXT["_lmcache_requirement"]
 NEWEST = LMCACHE_RELEASES[-1]
-#: Undeclared dependencies a release's ``lmcache`` command line needs (0.5.5's CLI imports openai).
-RELEASE_EXTRAS: dict[str, list[str]] = {"0.5.5": ["openai"]}
+#: Undeclared dependencies a release's ``lmcache`` command line needs (0.5.4's and 0.5.5's import openai).
+RELEASE_EXTRAS: dict[str, list[str]] = {"0.5.4": ["openai"], "0.5.5": ["openai"]}
 #: The sample backends generate_and_test proves, one after another in one environment.
 VARIANTS = {
     "engine-driven": {"device_name": "foo", "lmcache_driven": "no", "native_ops": "no"},
@@ -142,6 +142,8 @@ def prove_release(session: nox.Session, release: str) -> None:
     # setuptools and wheel: native variants build without isolation, against this torch.
     session.install(f"lmcache=={release}", *RELEASE_EXTRAS.get(release, []), "build", "mypy", "setuptools>=77", "wheel", *TEMPLATE_DEPS)
     session.run("python", "-c", "from importlib.metadata import version; print('lmcache under test:', version('lmcache'))")
+    # Fail here, not in every E2E test, if the release's command line lacks an undeclared dependency.
+    session.run("lmcache", "server", "--help", silent=True)
     lap(f"install torch + lmcache {release}")
     work = Path(session.create_tmp()).resolve()
     for name in selected:
