@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import tomllib
@@ -16,25 +17,35 @@ import pytest
 from conftest import TEMPLATE
 
 LEFTOVER = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
+#: GitHub Actions expressions (``${{ matrix.x }}``) are meant to survive rendering.
+GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.]+ \}\}")
 
 EXPECTED_FILES = {
     ".cookiecutter.json",
+    ".gitattributes",
+    ".github/workflows/ci.yml",
+    ".pre-commit-config.yaml",
     "LICENSE",
     "README.md",
+    "noxfile.py",
     "pyproject.toml",
     "src/lmcache_foo/__init__.py",
     "src/lmcache_foo/_lmcache_compat.py",
     "src/lmcache_foo/device.py",
     "src/lmcache_foo/device_ops.py",
+    "src/lmcache_foo/doctor.py",
     "src/lmcache_foo/py.typed",
     "src/lmcache_foo/emulator/__init__.py",
     "src/lmcache_foo/emulator/csrc/host_device.cpp",
     "tests/_support.py",
     "tests/conftest.py",
     "tests/e2e_worker.py",
+    "tests/soak.py",
     "tests/test_discovery.py",
+    "tests/test_doctor.py",
     "tests/test_e2e_engine_driven.py",
     "tests/test_e2e_lmcache_driven.py",
+    "tests/test_faults.py",
     "tests/test_lmcache_driven.py",
     "tests/test_native_ops.py",
     "tests/test_ops_parity.py",
@@ -86,11 +97,9 @@ def test_lmcache_driven_choice_sets_what_auto_means(render: Callable[..., Path],
 def test_default_render_leaves_no_template_syntax(render: Callable[..., Path], choice: str, native: str) -> None:
     """No rendered file still contains Jinja markers or ``cookiecutter.`` references."""
     project = render(lmcache_driven=choice, native_ops=native)
-    offenders = {
-        name: LEFTOVER.search((project / name).read_text()).group(0)  # type: ignore[union-attr]
-        for name in files(project)
-        if LEFTOVER.search((project / name).read_text())
-    }
+    texts = {name: (project / name).read_text() for name in files(project)}
+    texts = {name: GITHUB_EXPRESSION.sub("", text) if name.endswith(".yml") else text for name, text in texts.items()}
+    offenders = {name: match.group(0) for name, text in texts.items() if (match := LEFTOVER.search(text))}
     assert offenders == {}
 
 
@@ -220,3 +229,53 @@ def test_compat_module_lists_the_same_tested_releases_as_the_requirement(render:
     line = next(ln for ln in compat.splitlines() if ln.startswith("TESTED_LMCACHE_VERSIONS = "))
     assert ast.literal_eval(line.split("=", 1)[1].strip()) == tuple(tested)
     assert f'SUPPORTED_LMCACHE = "{requirement}"' in compat
+
+
+def noxfile_sessions(project: Path) -> set[str]:
+    """Names of the functions decorated with ``@nox.session`` in the rendered noxfile."""
+    tree = ast.parse((project / "noxfile.py").read_text())
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and any("nox.session" in ast.unparse(d) for d in node.decorator_list)
+    }
+
+
+def test_rendered_ci_workflow_runs_existing_nox_sessions_on_every_tested_lmcache(render: Callable[..., Path]) -> None:
+    """ci.yml is valid YAML, its matrix is the tested lmcache releases, and it runs only sessions the noxfile has."""
+    import yaml
+
+    project = render()
+    workflow = yaml.safe_load((project / ".github/workflows/ci.yml").read_text())
+    context = json.loads((TEMPLATE / "cookiecutter.json").read_text())
+    jobs = workflow["jobs"]
+    assert jobs["conformance"]["strategy"]["matrix"]["lmcache"] == context["_lmcache_tested"]
+    commands = [step["run"] for job in jobs.values() for step in job["steps"] if "run" in step]
+    invoked = {arg.split("(")[0] for cmd in commands if cmd.startswith("nox -s ") for arg in shlex.split(cmd)[2:]}
+    assert {"lint", "typecheck", "build", "tests"} <= invoked <= noxfile_sessions(project)
+    assert "${{ matrix.lmcache }}" in (project / ".github/workflows/ci.yml").read_text()
+
+
+def test_rendered_tooling_configures_pre_commit_line_endings_and_mypy(render: Callable[..., Path]) -> None:
+    """pre-commit runs ruff and mypy, .gitattributes keeps LF, and pyproject carries the mypy settings."""
+    import yaml
+
+    project = render()
+    hooks = {hook["id"] for repo in yaml.safe_load((project / ".pre-commit-config.yaml").read_text())["repos"]
+             for hook in repo["hooks"]}  # fmt: skip
+    assert {"ruff", "mypy", "check-toml", "end-of-file-fixer"} <= hooks
+    assert "* text=auto eol=lf" in (project / ".gitattributes").read_text()
+    mypy = pyproject(project)["tool"]["mypy"]
+    assert mypy["files"] == ["src"] and mypy["ignore_missing_imports"] is True
+
+
+def test_rendered_noxfile_offers_the_template_sessions_per_tested_release(render: Callable[..., Path]) -> None:
+    """The vendor's noxfile has lint, typecheck, build, tests (one per tested lmcache) and soak."""
+    project = render()
+    assert {"lint", "typecheck", "build", "tests", "soak"} <= noxfile_sessions(project)
+    assert "def tested_lmcache_releases()" in (project / "noxfile.py").read_text()
+
+
+def test_doctor_is_a_console_script_of_the_rendered_package(render: Callable[..., Path]) -> None:
+    """pyproject declares lmcache-foo-doctor -> lmcache_foo.doctor:main."""
+    assert pyproject(render())["project"]["scripts"] == {"lmcache-foo-doctor": "lmcache_foo.doctor:main"}

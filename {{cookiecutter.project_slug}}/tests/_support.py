@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.request
@@ -123,8 +124,9 @@ class LMCacheServer:
         chunk_size: int,
         env: Mapping[str, str | None] = (),
         l1_size_gb: float = 0.25,
+        port: int | None = None,
     ):
-        self.port = free_port()
+        self.port = port or free_port()  # a given port: restart a server where workers expect it
         self.http_port = free_port()
         self.log_path = log_path
         self.url = f"tcp://127.0.0.1:{self.port}"
@@ -360,3 +362,31 @@ class Scheduler:
 
     def close(self) -> None:
         self.adapter.shutdown()
+
+
+def fake_plugin(root: Path, dist: str, entry_point: str, module: str, source: str) -> Path:
+    """Install a one-module distribution with one ``{{ cookiecutter._entry_point_group }}`` entry point
+    into ``root`` (put ``root`` on ``PYTHONPATH``), as LMCache's own registry tests fake plugins."""
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist}-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text(f"[{{ cookiecutter._entry_point_group }}]\n{entry_point}\n")
+    return root
+
+
+#: A fake spec claiming this device type; ``__BACKEND__`` is replaced by its backend name.
+RIVAL_SPEC = """
+    from lmcache.v1.platform.base.device_spec import DeviceSpec
+
+    class RivalSpec(DeviceSpec):
+        device_type = "{{ cookiecutter.device_name }}"
+        backend_name = "__BACKEND__"
+        torch_module_name = "{{ cookiecutter.__torch_module_name }}"
+        ops_cls = None
+
+        def is_available(self):  # wherever this plugin's device is
+            from {{ cookiecutter.import_package }}.device import {{ cookiecutter.class_prefix }}DeviceSpec
+
+            return {{ cookiecutter.class_prefix }}DeviceSpec().is_available()
+"""

@@ -12,7 +12,8 @@ Protocol (one JSON line per step on stdout; logs go to stderr):
                register a second, all-zero KV cache                  -> {"phase": "ready"}
   stdin line   ``retrieve <request_id> [first token]`` (after the scheduler's lookup with that id):
                retrieve into disjoint zeroed blocks, compare bytes   -> {"phase": "retrieve", ...}
-  stdin line   ``store <first token>``: store the same KV under another prompt -> {"phase": "store", ...}
+  stdin line   ``store <first token>``: store another prompt, with KV bytes seeded by it
+               (so a retrieve that returned another prompt's chunks shows) -> {"phase": "store", ...}
   stdin EOF    unregister both caches and exit.
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import inspect
 import json
 import signal
 import sys
@@ -64,6 +64,8 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
     import zmq
     from lmcache.integration.vllm.vllm_multi_process_adapter import LMCacheMPWorkerAdapter, ParallelStrategy
 
+    from {{ cookiecutter.import_package }}._lmcache_compat import register_kv_caches  # after import lmcache
+
     strategy = ParallelStrategy(
         mla_only=False,
         vllm_world_size=args.world_size,
@@ -84,26 +86,8 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
             "lmcache.mp.heartbeat_interval": 1.0,
         },
     )
-    # lmcache 0.5.5+ takes layout hints; 0.5.4 assumes NHD, the layout used here.
-    nhd = {"kv_layout": "NHD"}
-    if "layout_hints" in inspect.signature(adapter.register_kv_caches).parameters:
-        adapter.register_kv_caches(kv, layout_hints=nhd)
-    else:
-        adapter.register_kv_caches(kv)
+    register_kv_caches(adapter, kv)
     return adapter
-
-
-def recorded_event(adapter: Any, device: torch.device) -> Any:
-    """The ordering event a vLLM worker hands to a store or retrieve request.
-
-    lmcache 0.5.5+ creates it (``create_recorded_event``); with 0.5.4 the vLLM
-    connector records an interprocess event on the device's current stream.
-    """
-    if hasattr(adapter, "create_recorded_event"):
-        return adapter.create_recorded_event()
-    event = getattr(torch, device.type).Event(interprocess=True)
-    event.record()
-    return event
 
 
 def report(**fields: Any) -> None:
@@ -135,25 +119,40 @@ def main() -> int:
     used_blocks = args.tokens // BLOCK_SIZE
     num_blocks = 2 * used_blocks + 2
     device = torch.device(args.device, args.rank % max(1, _device_count(args.device)))
-    expected = source_kv(args.layers, num_blocks, 1000 + args.rank, args.heads, args.head_size)
 
+    def kv_for(first_token: int) -> dict[str, torch.Tensor]:
+        """The KV bytes stored under the prompt starting at ``first_token`` (CPU, recomputed on demand)."""
+        seed = 1000 + args.rank + 7919 * (first_token - args.first_token)
+        return source_kv(args.layers, num_blocks, seed, args.heads, args.head_size)
+
+    expected = kv_for(args.first_token)
     # Source worker: seeded KV in blocks [0, used_blocks).
     source_blocks = list(range(used_blocks))
-    source = make_adapter(args, {name: t.to(device) for name, t in expected.items()})
+    source_kv_device = {name: t.to(device) for name, t in expected.items()}
+    source = make_adapter(args, source_kv_device)
+    from {{ cookiecutter.import_package }}._lmcache_compat import recorded_event  # after import lmcache
 
     def store(first_token: int) -> None:
+        if first_token != args.first_token:  # the registered tensors stay; their bytes change
+            for name, values in kv_for(first_token).items():
+                source_kv_device[name].copy_(values)
         prompt = token_ids(args.tokens, first_token)
         op = LoadStoreOp(token_ids=prompt, block_ids=[source_blocks], start=0, end=args.tokens)
         # A fresh request id per store: the server caches a request's chunk hashes by
         # id, so reusing one for another prompt "stores" nothing and still says True.
         store_id = f"store-{uuid.uuid4().hex}"
         started = time.perf_counter()
-        source.submit_store_request(store_id, op, recorded_event(source, device))
-        ok = bool(source.store_futures[store_id].result(timeout=args.mq_timeout))
+        error = ""
+        try:  # a dead or silent server must end in a reported failure, not a crashed worker
+            source.submit_store_request(store_id, op, recorded_event(source, device.type))
+            ok = bool(source.store_futures[store_id].result(timeout=args.mq_timeout))
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            ok, error = False, f"{type(exc).__name__}: {exc}"
         report(
             phase="store",
             rank=args.rank,
             ok=ok,
+            error=error,
             kv_device_type=device.type,
             transfer_context=type(source.transfer_ctx).__name__,
             elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
@@ -164,6 +163,10 @@ def main() -> int:
     # lookups find this model's layout on the server.
     target = {name: torch.zeros(t.shape, dtype=DTYPE, device=device) for name, t in expected.items()}
     destination = make_adapter(args, target)
+    # LMCache starts an adapter's heartbeat (which re-registers its caches after a server
+    # restart) at its first store; vLLM's one adapter per worker stores early. This
+    # second instance only retrieves, so start it here (private API, test harness only).
+    getattr(destination, "_ensure_heartbeat_started", lambda: None)()
     # Reversed and disjoint from the stored range: retrieval must not depend
     # on block positions.
     target_blocks = list(range(num_blocks - 1, num_blocks - 1 - used_blocks, -1))
@@ -174,22 +177,28 @@ def main() -> int:
         prompt = token_ids(args.tokens, first_token)
         op = LoadStoreOp(token_ids=prompt, block_ids=[target_blocks], start=0, end=args.tokens)
         started = time.perf_counter()
-        destination.submit_retrieve_request(request_id, op, recorded_event(destination, device))
-        future, _ = destination.retrieve_futures[request_id]
-        ok = bool(future.result(timeout=args.mq_timeout))
+        error = ""
+        try:
+            destination.submit_retrieve_request(request_id, op, recorded_event(destination, device.type))
+            future, _ = destination.retrieve_futures[request_id]
+            ok = bool(future.result(timeout=args.mq_timeout))
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            ok, error = False, f"{type(exc).__name__}: {exc}"
         getattr(torch, args.device).synchronize()
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
+        stored = kv_for(first_token)
         matches = all(
             torch.equal(
                 target[name][:, target_blocks].cpu().view(torch.uint8),
-                expected[name][:, source_blocks].view(torch.uint8),
+                stored[name][:, source_blocks].view(torch.uint8),
             )
-            for name in expected
+            for name in stored
         )
         report(
             phase="retrieve",
             rank=args.rank,
             ok=ok,
+            error=error,
             bytes_match=matches,
             kv_device_type=next(iter(target.values())).device.type,
             elapsed_ms=elapsed_ms,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,8 @@ __all__ = [
     "TransferDirection",
     "auto_transfer_mode",
     "init_logger",
+    "recorded_event",
+    "register_kv_caches",
     "torch_ops",
 ]
 
@@ -271,6 +274,32 @@ def paged_layers_for_baseline(
 
 
 {% endif -%}
+def register_kv_caches(adapter: Any, kv_caches: dict[str, Any]) -> None:
+    """Register a worker's (NHD) KV caches with LMCache's ``LMCacheMPWorkerAdapter``.
+
+    lmcache 0.5.5+ take layout hints; 0.5.4 has no such argument and assumes NHD.
+    """
+    if "layout_hints" in inspect.signature(adapter.register_kv_caches).parameters:
+        adapter.register_kv_caches(kv_caches, layout_hints={"kv_layout": "NHD"})
+    else:
+        adapter.register_kv_caches(kv_caches)
+
+
+def recorded_event(adapter: Any, device_type: str) -> Any:
+    """The ordering event a vLLM worker hands to a store or retrieve request.
+
+    lmcache 0.5.5+ create it (``create_recorded_event``); with 0.5.4 the vLLM
+    connector records an interprocess event on the device's current stream.
+    """
+    if hasattr(adapter, "create_recorded_event"):
+        return adapter.create_recorded_event()
+    import torch
+
+    event = getattr(torch, device_type).Event(interprocess=True)
+    event.record()
+    return event
+
+
 def auto_transfer_mode(spec: DeviceSpec) -> str:
     """What worker-side ``auto`` resolves to for ``spec`` on the installed LMCache.
 

@@ -10,11 +10,14 @@ for a non-CUDA device:
   pointers back into tensors (pointer-mode transfers);
 * ``lmcache_memcpy_async`` with raw pointers: the baseline calls ``cudaMemcpy``
   through libcudart whenever that library can be loaded, which cannot address
-  {{ cookiecutter.device_name }} memory.
+  {{ cookiecutter.device_name }} memory;
+* ``multi_layer_block_kv_transfer``: one ``shape_desc`` describes every layer
+  of a call, but the baseline never checks that the layers agree, and layers of
+  another shape or dtype are stored as wrong bytes; this refuses them.
 {%- if cookiecutter.lmcache_driven != 'no' %}
-* ``multi_layer_block_kv_transfer`` with raw pointers (LMCache-driven server):
-  the baseline rebuilds the chunk objects as CPU tensors, but the server passes
-  addresses in its {{ cookiecutter.device_name }} staging buffer;
+  With raw pointers (LMCache-driven server) the baseline also rebuilds the chunk
+  objects as CPU tensors, but the server passes addresses in its
+  {{ cookiecutter.device_name }} staging buffer;
 * ``record_completion_on_stream`` / ``record_event_on_stream``: the baseline
   publishes at once, before queued device work has finished.
 {%- endif %}
@@ -33,20 +36,16 @@ from typing import ClassVar
 
 import torch
 
-{% if cookiecutter.lmcache_driven != 'no' -%}
 from ._lmcache_compat import (
     DeviceOps,
     EngineKVFormat,
     PageBufferShapeDesc,
     TransferDirection,
+{%- if cookiecutter.lmcache_driven != 'no' or cookiecutter.native_ops == 'yes' %}
     init_logger,
+{%- endif %}
     torch_ops,
 )
-{%- elif cookiecutter.native_ops == 'yes' -%}
-from ._lmcache_compat import DeviceOps, TransferDirection, init_logger, torch_ops
-{%- else -%}
-from ._lmcache_compat import DeviceOps, TransferDirection, torch_ops
-{%- endif %}
 from .device import DEVICE_TYPE, TORCH_MODULE_NAME
 {%- if cookiecutter.lmcache_driven != 'no' or cookiecutter.native_ops == 'yes' %}
 
@@ -169,7 +168,6 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         else:
             device_view.copy_(host_view, non_blocking=True)
 
-{%- if cookiecutter.lmcache_driven != 'no' %}
 
     def multi_layer_block_kv_transfer(
         self,
@@ -188,14 +186,18 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         Keep this exact signature, annotations included: LMCache's engine-driven
         path reads the annotation of ``lmcache_objects_ptrs`` to decide whether
         it may pass tensors, and falls back to raw pinned pointers otherwise.
+{%- if cookiecutter.lmcache_driven != 'no' %}
 
         With raw pointers (the LMCache-driven server), the chunk objects are in
         the cache context's {{ cookiecutter.device_name }} staging buffer, so they are rebuilt here as
         device tensors; then the torch baseline does the copy.
+{%- endif %}
         TODO(vendor): call your device kernel here once you have one.
         """
+        check_one_layer_layout(paged_buffer_ptrs_tensor)
         objects: list[torch.Tensor] | list[int] = lmcache_objects_ptrs
         paged: torch.Tensor | list = paged_buffer_ptrs_tensor
+{%- if cookiecutter.lmcache_driven != 'no' %}
         if lmcache_objects_ptrs and isinstance(lmcache_objects_ptrs[0], int):
             from ._lmcache_compat import paged_layers_for_baseline
 
@@ -206,6 +208,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             paged = paged_layers_for_baseline(
                 paged_buffer_ptrs_tensor, engine_kv_format, shape_desc, torch.device(device), self.tensor_from_ptr
             )
+{%- endif %}
         torch_ops.multi_layer_block_kv_transfer(
             paged,
             objects,
@@ -217,6 +220,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             engine_kv_format,
             skip_prefix_n_blocks,
         )
+{%- if cookiecutter.lmcache_driven != 'no' %}
 
     def _device_chunks(
         self,
@@ -276,3 +280,24 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
+
+
+def check_one_layer_layout(paged: object) -> None:
+    """Refuse KV-cache layers that disagree in shape or dtype within one transfer.
+
+    LMCache describes all layers of one call with a single ``shape_desc`` and
+    does not check them: a layer of another shape or dtype would be copied with
+    the wrong geometry and stored as wrong bytes (or fail deep in a kernel).
+    Pointer tables (LMCache-driven) carry no shapes and pass unchecked.
+    """
+    if not isinstance(paged, list) or not paged or not all(isinstance(t, torch.Tensor) for t in paged):
+        return
+    first = paged[0]
+    for index, layer in enumerate(paged):
+        if layer.shape != first.shape or layer.dtype != first.dtype or layer.device != first.device:
+            raise ValueError(
+                f"KV cache layers of one transfer must share shape, dtype and device: layer 0 is "
+                f"{tuple(first.shape)} {first.dtype} on {first.device}, layer {index} is "
+                f"{tuple(layer.shape)} {layer.dtype} on {layer.device}. Register layers with another "
+                "shape as a separate KV cache group, all in one dtype on one device."
+            )

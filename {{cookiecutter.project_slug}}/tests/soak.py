@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""Soak: many store → lookup → retrieve cycles per transfer path through a real ``lmcache server``.
+
+Not a unit test (``nox -s soak`` runs it): it prints figures and exits 1 when a
+target is missed. Per transfer path (engine-driven pickle, engine-driven SHM,
+and LMCache-driven when the spec offers it) it starts a server, one worker
+process (``e2e_worker.py``) and a scheduler, then runs ``--cycles`` cycles. Each
+cycle stores a new prompt (its own KV bytes), polls the lookup until it hits,
+retrieves into zeroed blocks and compares bytes; every tenth cycle also
+re-reads a prompt stored five cycles earlier. Targets: 0 mismatched bytes, RSS
+growth of worker and server under 5 % between the end of warm-up and the end,
+no leaked ``/dev/shm`` segments or file descriptors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _support import Scheduler, Worker, running_server
+from e2e_worker import BLOCK_SIZE, token_ids
+
+DEVICE = "{{ cookiecutter.device_name }}"
+CHUNK = 64
+TOKENS = 2 * CHUNK
+SERVER_ENV = {
+    "LMCACHE_DEVICE_BACKEND": "{{ cookiecutter.backend_name }}",
+    "{{ cookiecutter.__emulator_env_var }}": os.environ.get("{{ cookiecutter.__emulator_env_var }}", "1"),
+}
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def lmcache_driven_offered() -> bool:
+    import lmcache  # noqa: F401 - selects the backend
+    from lmcache.v1.platform import get_device_spec
+
+    spec = get_device_spec(DEVICE)
+    return bool(spec is not None and spec.is_lmcache_driven_available())
+
+
+def soak_path(label: str, server_mode: str, worker_mode: str, shm: bool, cycles: int, warmup: int, work: Path) -> dict:
+    shm_before = shm_entries()
+    shm_name = f"soak_{os.getpid()}" if shm else None
+    server_env = SERVER_ENV if worker_mode == "lmcache_driven" else {}
+    figures: dict = {"path": label, "cycles": cycles}
+    with running_server(work / f"{label}-server.log".replace(" ", "_"), transfer_mode=server_mode,
+                        shm_name=shm_name, chunk_size=CHUNK, env=server_env, l1_size_gb=0.5) as server:  # fmt: skip
+        assert server.process is not None
+        worker = Worker(server.url, model=f"soak-{worker_mode}", rank=0, world_size=1, tokens=TOKENS,
+                        log_path=work / f"{label}-worker.log".replace(" ", "_"), mode=worker_mode,
+                        env=server_env, extra_args=["--layers", "2"])  # fmt: skip
+        scheduler = Scheduler(server.url, f"soak-{worker_mode}", 1, BLOCK_SIZE)
+        mismatches = failures = rereads = 0
+        baseline: dict[str, int] = {}
+        started = time.monotonic()
+        try:
+            assert worker.next_result()["phase"] == "store" and worker.next_result()["phase"] == "ready"
+            for cycle in range(cycles):
+                first = 10_000 + cycle * TOKENS
+                worker.store(first)
+                failures += not worker.next_result()["ok"]
+                reads = [first] + ([first - 5 * TOKENS] if cycle >= 5 and cycle % 10 == 0 else [])
+                for read in reads:
+                    request_id, hit = scheduler.lookup_until(f"c{cycle}-{read}", token_ids(TOKENS, read), TOKENS)
+                    if hit < TOKENS:
+                        failures += 1
+                        scheduler.end_session(request_id)
+                        continue
+                    worker.retrieve(request_id, read)
+                    result = worker.next_result()
+                    scheduler.end_session(request_id)
+                    mismatches += not (result["ok"] and result["bytes_match"])
+                    rereads += read != first
+                if cycle + 1 == warmup:
+                    baseline = {
+                        "worker_rss": rss_kib(worker.process.pid), "server_rss": rss_kib(server.process.pid),
+                        "worker_fds": open_fds(worker.process.pid), "server_fds": open_fds(server.process.pid),
+                    }  # fmt: skip
+            final = {
+                "worker_rss": rss_kib(worker.process.pid), "server_rss": rss_kib(server.process.pid),
+                "worker_fds": open_fds(worker.process.pid), "server_fds": open_fds(server.process.pid),
+            }  # fmt: skip
+            figures["seconds"] = round(time.monotonic() - started, 1)
+        finally:
+            scheduler.close()
+            worker.close()
+    figures.update(
+        mismatched_cycles=mismatches,
+        failed_cycles=failures,
+        rereads=rereads,
+        worker_rss_growth_pct=round(100 * (final["worker_rss"] / baseline["worker_rss"] - 1), 2),
+        server_rss_growth_pct=round(100 * (final["server_rss"] / baseline["server_rss"] - 1), 2),
+        worker_rss_mib=round(final["worker_rss"] / 1024, 1),
+        server_rss_mib=round(final["server_rss"] / 1024, 1),
+        fd_growth=final["worker_fds"] - baseline["worker_fds"] + final["server_fds"] - baseline["server_fds"],
+        leaked_shm=sorted(shm_entries() - shm_before),
+    )
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=1000)
+    parser.add_argument("--warmup", type=int, default=100, help="cycles before the RSS and fd baseline")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if not 0 < args.warmup < args.cycles:
+        parser.error("--warmup must be between 0 and --cycles")
+    paths = [("engine-driven pickle", "engine_driven", "engine_driven", False),
+             ("engine-driven SHM", "engine_driven", "engine_driven", True)]  # fmt: skip
+    if lmcache_driven_offered():
+        paths.append(("lmcache-driven", "lmcache_driven", "lmcache_driven", False))
+    results = []
+    with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        for label, server_mode, worker_mode, shm in paths:
+            results.append(soak_path(label, server_mode, worker_mode, shm, args.cycles, args.warmup, Path(tmp)))
+            print(json.dumps(results[-1]), flush=True)
+    print(f"\n{'path':<22}{'cycles':>7}{'s':>7}{'bad':>5}{'fail':>5}{'wRSS%':>8}{'sRSS%':>8}{'fds':>5}  shm")
+    problems = []
+    for r in results:
+        print(f"{r['path']:<22}{r['cycles']:>7}{r['seconds']:>7}{r['mismatched_cycles']:>5}{r['failed_cycles']:>5}"
+              f"{r['worker_rss_growth_pct']:>8}{r['server_rss_growth_pct']:>8}{r['fd_growth']:>5}"
+              f"  {r['leaked_shm'] or '-'}")  # fmt: skip
+        if r["mismatched_cycles"] or r["failed_cycles"]:
+            problems.append(f"{r['path']}: {r['mismatched_cycles']} mismatched, {r['failed_cycles']} failed cycles")
+        for side in ("worker", "server"):
+            if r[f"{side}_rss_growth_pct"] >= 5:
+                problems.append(f"{r['path']}: {side} RSS grew {r[f'{side}_rss_growth_pct']} % after warm-up")
+        if r["fd_growth"] > 0 or r["leaked_shm"]:
+            problems.append(f"{r['path']}: leaked {r['fd_growth']} fds, shm {r['leaked_shm']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    print("\n" + ("\n".join(problems) if problems else "all soak targets met"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""Faults and bad input: each ends with a clear error within 30 s, never a hang, never a wrong byte.
+
+Registry cases run ``import lmcache`` in a fresh interpreter with fake plugins
+on ``PYTHONPATH`` (LMCache builds its registry once per process). Server cases
+drive a real ``lmcache server`` on 127.0.0.1 with short timeouts. Other fault
+cases live next to the feature they break: a retrieve without a lookup
+(``test_e2e_engine_driven.py``), a killed LMCache-driven worker
+(``test_e2e_lmcache_driven.py``), an absent server and a transfer-mode mismatch
+(``test_doctor.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _support import (
+    RIVAL_SPEC,
+    LMCacheServer,
+    Scheduler,
+    Worker,
+    child_env,
+    fake_plugin,
+    run_python,
+    running_server,
+)
+from e2e_worker import BLOCK_SIZE, token_ids
+
+BACKEND = "{{ cookiecutter.backend_name }}"
+DEVICE = "{{ cookiecutter.device_name }}"
+SPEC_PATH = "{{ cookiecutter.import_package }}.device:{{ cookiecutter.class_prefix }}DeviceSpec"
+DEADLINE_S = 30
+CHUNK = 64
+#: Short LMCache timeouts: every failure below must surface well inside DEADLINE_S.
+MQ_TIMEOUT = "5"
+
+REGISTRY = textwrap.dedent(
+    """
+    import json, lmcache
+    from lmcache.v1.platform import _DEVICE_REGISTRY
+    name = lambda spec: type(spec).__module__ + "." + type(spec).__name__
+    print(json.dumps({backend: name(spec) for backend, spec in _DEVICE_REGISTRY.items()}))
+    print(json.dumps(lmcache.torch_device_type))
+    """
+)
+CLEAN = {"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None}
+
+
+def registry(pythonpath: Path | None = None, **env: str | None) -> tuple[dict[str, str], str, str, float]:
+    """(backend -> spec class, selected device type, LMCache's log, seconds) from a fresh ``import lmcache``."""
+    overrides = {**CLEAN, **env, **({"PYTHONPATH": str(pythonpath)} if pythonpath else {})}
+    started = time.monotonic()
+    done = run_python(REGISTRY, overrides, timeout=DEADLINE_S + 30)
+    seconds = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-3000:]
+    backends, selected = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    return backends, selected, done.stderr, seconds
+
+
+def test_a_broken_plugin_is_skipped_and_logged_while_lmcache_and_this_plugin_still_load(tmp_path: Path) -> None:
+    """Another plugin whose import raises: LMCache starts, logs why it skipped it, and selects this backend."""
+    root = fake_plugin(tmp_path, "broken", "broken = broken_plugin:Spec", "broken_plugin",
+                       "raise ImportError('vendor runtime libfoo.so not found')")  # fmt: skip
+    backends, selected, log, seconds = registry(root)
+    assert "broken" not in backends and backends[BACKEND] == SPEC_PATH.replace(":", ".")
+    assert selected == DEVICE and seconds < DEADLINE_S
+    assert "Failed to load LMCache device plugin 'broken'" in log and "libfoo.so not found" in log
+
+
+def test_an_entry_point_named_differently_from_its_backend_is_refused_with_the_reason(tmp_path: Path) -> None:
+    """An entry point ``other = <this spec>``: LMCache refuses that one, naming both names; ours still loads."""
+    root = tmp_path / "site"
+    info = root / "misnamed-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: misnamed\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text(f"[{{ cookiecutter._entry_point_group }}]\nmisnamed = {SPEC_PATH}\n")
+    backends, _, log, _ = registry(root)
+    assert "misnamed" not in backends and BACKEND in backends
+    assert f"entry-point name must match DeviceSpec.backend_name ('misnamed' != {BACKEND!r})" in log
+
+
+def test_a_duplicate_backend_name_keeps_one_spec_and_logs_which_it_ignored(tmp_path: Path) -> None:
+    """Two plugins claiming one backend name: LMCache keeps one (entry-point value order) and logs the other."""
+    root = fake_plugin(tmp_path, "impostor", f"{BACKEND} = impostor_plugin:RivalSpec", "impostor_plugin",
+                       RIVAL_SPEC.replace("__BACKEND__", BACKEND))  # fmt: skip
+    backends, _, log, _ = registry(root)
+    kept = backends[BACKEND]
+    ignored = "RivalSpec" if kept == SPEC_PATH.replace(":", ".") else "{{ cookiecutter.class_prefix }}DeviceSpec"
+    assert f"Ignoring DeviceSpec {ignored} because backend_name {BACKEND!r} is already registered" in log
+
+
+def test_an_unknown_lmcache_device_backend_fails_import_naming_the_registered_backends() -> None:
+    """LMCACHE_DEVICE_BACKEND=<typo>: ``import lmcache`` raises at once, listing the backends to choose from."""
+    started = time.monotonic()
+    done = run_python("import lmcache", {**CLEAN, "LMCACHE_DEVICE_BACKEND": f"{BACKEND}_typo"}, timeout=DEADLINE_S + 30)
+    assert done.returncode != 0 and time.monotonic() - started < DEADLINE_S
+    assert f"LMCACHE_DEVICE_BACKEND='{BACKEND}_typo' is not registered" in done.stderr
+    assert BACKEND in done.stderr.split("Available backends:", 1)[1]
+
+
+# ------------------------------------------------------------- server --
+
+
+def engine_server(tmp_path: Path, **kwargs: object) -> Any:
+    """A real engine-driven server (context manager) with this suite's chunk size."""
+    return running_server(tmp_path / "server.log", transfer_mode="engine_driven", shm_name=None, chunk_size=CHUNK,
+                          **kwargs)  # type: ignore[arg-type]  # fmt: skip
+
+
+def start_worker(server: LMCacheServer, tmp_path: Path, name: str, tokens: int = 2 * CHUNK, **kwargs: object) -> Worker:
+    worker = Worker(server.url, model=f"fault-{name}", rank=0, world_size=1, tokens=tokens,
+                    log_path=tmp_path / f"{name}-worker.log", extra_args=["--mq-timeout", MQ_TIMEOUT, "--layers", "2"],
+                    **kwargs)  # type: ignore[arg-type]  # fmt: skip
+    first = worker.next_result()
+    assert first["phase"] == "store" and first["ok"], first.get("error") or first["log"][-3000:]
+    assert worker.next_result()["phase"] == "ready"
+    return worker
+
+
+def round_trip(server: LMCacheServer, worker: Worker, model: str, first: int, tokens: int = 2 * CHUNK) -> dict:
+    """Store ``tokens`` tokens from ``first``, look them up, retrieve them; the retrieve result."""
+    worker.store(first)
+    stored = worker.next_result()
+    assert stored["ok"], stored.get("error")
+    scheduler = Scheduler(server.url, model, 1, BLOCK_SIZE, mq_timeout=float(MQ_TIMEOUT))
+    try:
+        request_id, hit = scheduler.lookup_until(f"rt-{first}", token_ids(tokens, first), tokens, timeout=10)
+        assert hit == tokens, f"stored, yet the lookup finds {hit} of {tokens} tokens"
+        worker.retrieve(request_id, first)
+        return worker.next_result()
+    finally:
+        scheduler.close()
+
+
+def test_a_store_in_flight_when_the_server_dies_fails_within_the_deadline(tmp_path: Path) -> None:
+    """Server frozen, store submitted, server killed: the store reports failure in < 30 s; the worker lives on."""
+    with engine_server(tmp_path) as server:
+        worker = start_worker(server, tmp_path, "killed")
+        try:
+            assert server.process is not None
+            os.kill(server.process.pid, signal.SIGSTOP)  # the store below is then surely in flight
+            started = time.monotonic()
+            worker.store(50_000)
+            time.sleep(0.5)
+            os.kill(server.process.pid, signal.SIGKILL)
+            result = worker.next_result(timeout=DEADLINE_S)
+            assert time.monotonic() - started < DEADLINE_S
+            assert result["phase"] == "store" and result["ok"] is False, result.get("error")
+            assert worker.process.poll() is None, "the worker must survive a dead server"
+        finally:
+            worker.close(timeout=30)
+
+
+def test_a_restarted_server_gets_the_workers_caches_again_and_serves_exact_bytes(tmp_path: Path) -> None:
+    """Kill the server, start a new one on the same port: the worker re-registers, and a round trip is exact."""
+    first = LMCacheServer(tmp_path / "first.log", "engine_driven", None, CHUNK)
+    first.start()
+    worker = start_worker(first, tmp_path, "restart")
+    try:
+        assert first.process is not None
+        first.process.kill()
+        first.process.wait(timeout=10)
+        with running_server(tmp_path / "second.log", transfer_mode="engine_driven", shm_name=None, chunk_size=CHUNK,
+                            port=first.port) as second:  # fmt: skip
+            # Each adapter's heartbeat notices the new server and re-registers its caches;
+            # until both have, a round trip may fail, but never with wrong bytes.
+            deadline, attempt, result = time.monotonic() + DEADLINE_S, 0, {}
+            while time.monotonic() < deadline:
+                attempt += 1
+                worker.store(60_000 + attempt * 1_000)
+                if not worker.next_result(timeout=DEADLINE_S)["ok"]:
+                    time.sleep(1)
+                    continue
+                result = round_trip(second, worker, "fault-restart", 60_000 + attempt * 1_000 + 500)
+                assert result["bytes_match"] or not result["ok"], "a retrieve reported success with wrong bytes"
+                if result["ok"]:
+                    break
+                time.sleep(1)
+            assert result.get("ok"), f"no round trip within {DEADLINE_S} s of the restart:\n{worker.log()[-3000:]}"
+    finally:
+        worker.close(timeout=30)
+        first.stop()
+
+
+def test_a_token_range_that_is_not_chunk_aligned_stores_nothing_and_the_server_says_why(tmp_path: Path) -> None:
+    """A store of a partial chunk reports failure within 30 s, stores nothing, and the server log names the rule."""
+    with engine_server(tmp_path) as server:
+        tokens = CHUNK + BLOCK_SIZE  # one chunk and one block
+        worker = start_worker(server, tmp_path, "aligned")  # registered with an aligned prompt
+        partial = Worker(server.url, model="fault-aligned", rank=0, world_size=1, tokens=tokens,
+                         log_path=tmp_path / "partial.log",
+                         extra_args=["--mq-timeout", MQ_TIMEOUT, "--first-token", "90000"])  # fmt: skip
+        try:
+            started = time.monotonic()
+            result = partial.next_result(timeout=DEADLINE_S)
+            assert time.monotonic() - started < DEADLINE_S
+            assert result["phase"] == "store" and result["ok"] is False
+            scheduler = Scheduler(server.url, "fault-aligned", 1, BLOCK_SIZE, mq_timeout=float(MQ_TIMEOUT))
+            try:
+                hit = scheduler.lookup("partial", token_ids(tokens, 90_000))
+                assert hit == 0, "a failed store must leave nothing, not even its aligned first chunk"
+            finally:
+                scheduler.close()
+            assert f"must be a multiple of chunk_size ({CHUNK})" in server.log()
+        finally:
+            partial.close(timeout=30)
+            worker.close(timeout=30)
+
+
+def test_a_full_l1_drops_stores_and_the_lookup_not_the_store_result_tells(tmp_path: Path) -> None:
+    """With an L1 smaller than one store, the store may say True: only the lookup shows it stored nothing."""
+    with engine_server(tmp_path, l1_size_gb=0.0001) as server:  # ~100 KiB: less than one 4-chunk store
+        worker = Worker(server.url, model="fault-full", rank=0, world_size=1, tokens=4 * CHUNK,
+                        log_path=tmp_path / "worker.log", extra_args=["--mq-timeout", MQ_TIMEOUT])  # fmt: skip
+        scheduler = Scheduler(server.url, "fault-full", 1, BLOCK_SIZE, mq_timeout=float(MQ_TIMEOUT))
+        try:
+            stored = worker.next_result(timeout=DEADLINE_S)
+            assert worker.next_result(timeout=DEADLINE_S)["phase"] == "ready"
+            hit = scheduler.lookup("full", token_ids(4 * CHUNK))
+            assert hit < 4 * CHUNK, f"store said {stored['ok']}; lookup found all {hit} tokens in a tiny L1"
+        finally:
+            scheduler.close()
+            worker.close(timeout=30)
+
+
+BAD_KV = textwrap.dedent(
+    """
+    import json, sys, time
+    import lmcache, torch, zmq
+    from lmcache.integration.vllm import vllm_multi_process_adapter as mp
+    from {{ cookiecutter.import_package }}._lmcache_compat import recorded_event, register_kv_caches
+
+    url, fault = sys.argv[1], sys.argv[2]
+    kv = {f"layer.{i}": torch.ones((2, 12, 16, 2, 32), dtype=torch.float16, device=__DEVICE__) for i in range(2)}
+    if fault == "mixed-shapes":
+        kv["layer.1"] = torch.ones((2, 12, 16, 2, 16), dtype=torch.float16, device=__DEVICE__)
+    elif fault == "mixed-dtypes":
+        kv["layer.1"] = kv["layer.1"].to(torch.bfloat16)
+    elif fault == "mixed-devices":
+        kv["layer.1"] = kv["layer.1"].cpu()
+    strategy = mp.ParallelStrategy(
+        mla_only=False, vllm_world_size=1, vllm_worker_id=0, tp_size=1, pp_size=1, n_servers=1
+    )
+    config = {"lmcache.mp.mq_timeout": 5.0, "lmcache.mp.mp_transfer_mode": "engine_driven"}
+    model = "fault-kv-" + fault
+    adapter = mp.LMCacheMPWorkerAdapter(url, zmq.Context.instance(), model, 16, strategy, extra_config=config)
+    outcome = {"registered": False, "stored": None, "error": ""}
+    try:
+        register_kv_caches(adapter, kv)
+        outcome["registered"] = True
+        op = mp.LoadStoreOp(token_ids=list(range(64)), block_ids=[[0, 1, 2, 3]], start=0, end=64)
+        adapter.submit_store_request("bad", op, recorded_event(adapter, __DEVICE__))
+        outcome["stored"] = bool(adapter.store_futures["bad"].result(timeout=10))
+    except Exception as exc:
+        outcome["error"] = f"{type(exc).__name__}: {exc}"
+    print(json.dumps(outcome), flush=True)
+    adapter.shutdown()
+    """
+).replace("__DEVICE__", repr(DEVICE))
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("mixed-shapes", "KV cache layers of one transfer must share shape, dtype and device"),
+        ("mixed-dtypes", "KV cache layers of one transfer must share shape, dtype and device"),
+        ("mixed-devices", "All KV cache tensors must share one device type"),
+    ],
+)
+def test_malformed_kv_caches_are_refused_with_a_reason_and_store_nothing(
+    tmp_path: Path, fault: str, message: str
+) -> None:
+    """Layers that disagree in shape, dtype or device: refused or failed within 30 s, reason logged, nothing stored."""
+    with engine_server(tmp_path) as server:
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", BAD_KV, server.url, fault], capture_output=True, text=True,
+                              timeout=DEADLINE_S + 30, env=child_env({}), cwd=tmp_path)  # fmt: skip
+        assert time.monotonic() - started < DEADLINE_S + 10  # interpreter and emulator start-up included
+        outcome = json.loads(done.stdout.splitlines()[-1])
+        assert outcome["stored"] is not True, outcome
+        assert message in outcome["error"] + done.stderr, done.stderr[-3000:]
+        scheduler = Scheduler(server.url, f"fault-kv-{fault}", 1, BLOCK_SIZE, mq_timeout=float(MQ_TIMEOUT))
+        try:
+            if outcome["registered"]:
+                assert scheduler.lookup("bad", list(range(64))) == 0, "a refused store must leave nothing"
+        finally:
+            scheduler.close()
