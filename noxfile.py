@@ -16,6 +16,8 @@ Sessions:
   lmcache_releases   (not default) the same for every supported lmcache release
                      (cookiecutter.json ``_lmcache_tested``), one environment each;
                      ``nox -s "lmcache_releases(0.5.4)"`` runs one release.
+  soak               (not default) 1,000 store/lookup/retrieve cycles per transfer
+                     path through real servers: mismatches, RSS growth, leaks.
   bench              (not default) op-level and end-to-end transfer figures for
                      native foo ops, the torch baseline on foo and LMCache's CPU
                      path; table, JSON and PNG in bench-results/.
@@ -46,7 +48,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 ROOT = Path(__file__).resolve().parent
 TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
-TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "ruff"]
+TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "ruff", "nox>=2024.4.15"]
 _CONTEXT = json.loads((ROOT / "cookiecutter.json").read_text())
 #: The LMCache releases the rendered package supports, oldest first (cookiecutter.json).
 LMCACHE_RELEASES: list[str] = _CONTEXT["_lmcache_tested"]
@@ -146,9 +148,15 @@ def prove_release(session: nox.Session, release: str) -> None:
     session.run("lmcache", "server", "--help", silent=True)
     lap(f"install torch + lmcache {release}")
     work = Path(session.create_tmp()).resolve()
-    for name in selected:
-        prove_variant(session, work / name, VARIANTS[name])
+    for index, name in enumerate(selected):
+        project = prove_variant(session, work / name, VARIANTS[name])
         lap(name)
+        if index == 0 and release == NEWEST:
+            # The vendor's own noxfile: its cheap sessions must work as shipped (own small venvs).
+            with session.chdir(project):
+                session.run("nox", "--envdir", str(work / "vendor-nox"), "-s", "lint", "typecheck", "build",
+                            env={"TORCH_REQUIREMENT": TORCH})  # fmt: skip
+            lap(f"{name}: rendered noxfile lint typecheck build")
     session.log(f"lmcache {release} timings (s): " + json.dumps(timings) + f", total {sum(timings.values()):.1f}")
 
 
@@ -195,8 +203,8 @@ def install_variant(session: nox.Session, work: Path, answers: dict[str, str], *
     return project
 
 
-def prove_variant(session: nox.Session, work: Path, answers: dict[str, str]) -> None:
-    """Install one variant and run its conformance suite from an empty directory."""
+def prove_variant(session: nox.Session, work: Path, answers: dict[str, str]) -> Path:
+    """Install one variant and run its conformance suite from an empty directory; return the rendered project."""
     project = install_variant(session, work, answers)
     run_dir = work / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -210,6 +218,7 @@ def prove_variant(session: nox.Session, work: Path, answers: dict[str, str]) -> 
         )  # fmt: skip
         session.run("python", "-c", "import lmcache_foo.emulator, torch; print('torch.foo devices:', torch.foo.device_count())", env=env)
         session.run("pytest", "-p", "no:cacheprovider", "-ra", "-v", str(project / "tests"), env=env)
+    return project
 
 
 @nox.session(default=False, reuse_venv=True)
@@ -231,6 +240,27 @@ def bench(session: nox.Session) -> None:
             "python", str(ROOT / "benchmarks" / "transfer_bench.py"), "--project", str(project), "--out", str(out),
             *session.posargs, env={"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1"},
         )  # fmt: skip
+
+
+@nox.session(default=False, reuse_venv=True)
+def soak(session: nox.Session) -> None:
+    """1,000 store/lookup/retrieve cycles per transfer path of the LMCache-driven foo through real servers.
+
+    Not a test: prints mismatches, RSS growth after warm-up, leaked descriptors and
+    shared memory per path, and fails when a target is missed. Posargs go to the
+    rendered tests/soak.py (e.g. --cycles 200).
+    """
+    session.install(TORCH)
+    session.install(f"lmcache=={NEWEST}", *RELEASE_EXTRAS.get(NEWEST, []), "build", "setuptools>=77", "wheel",
+                    *TEMPLATE_DEPS)  # fmt: skip
+    work = Path(session.create_tmp()).resolve()
+    answers = {"device_name": "foo", "lmcache_driven": "default", "native_ops": "no"}
+    project = install_variant(session, work / "soak", answers, lint=False)
+    out = ROOT / "bench-results"
+    out.mkdir(exist_ok=True)
+    with session.chdir(work):
+        session.run("python", str(project / "tests" / "soak.py"), "--json", str(out / "soak.json"), *session.posargs,
+                    env={"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1"})  # fmt: skip
 
 
 if __name__ == "__main__":

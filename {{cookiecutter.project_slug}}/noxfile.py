@@ -14,10 +14,11 @@ Sessions:
              through a real server; prints mismatches, RSS growth, leaked files.
 
 Configuration (environment variables):
-  TORCH_REQUIREMENT  the torch installed before lmcache (default ``torch``; use your
-                     vendor build, or a CPU build with PIP_EXTRA_INDEX_URL set to
-                     https://download.pytorch.org/whl/cpu). lmcache depends on an
-                     unpinned torch, so without this pip may pull a CUDA build.
+  TORCH_REQUIREMENT  pip arguments for the torch installed before lmcache (default
+                     ``torch``; your vendor build, or on CI without the device
+                     ``torch --index-url https://download.pytorch.org/whl/cpu``).
+                     lmcache depends on an unpinned torch, so without this pip
+                     pulls a multi-GB CUDA build.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ nox.options.sessions = ["lint", "typecheck", "build", "tests"]
 
 ROOT = Path(__file__).resolve().parent
 PACKAGE = "{{ cookiecutter.import_package }}"
-TORCH = os.environ.get("TORCH_REQUIREMENT", "torch")
+#: pip arguments that install torch, e.g. "torch==2.5.1" or "torch --index-url https://download.pytorch.org/whl/cpu".
+TORCH = os.environ.get("TORCH_REQUIREMENT", "torch").split()
 NATIVE = (ROOT / "setup.py").exists()  # native ops compile against the installed torch
 
 
@@ -60,12 +62,14 @@ CLI_EXTRAS = {"0.5.4": ["openai"], "0.5.5": ["openai"]}
 
 @nox.session
 def lint(session: nox.Session) -> None:
+    """ruff check, with pyproject.toml's settings."""
     session.install("ruff")
     session.run("ruff", "check", str(ROOT))
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
+    """mypy on src/, with pyproject.toml's settings."""
     session.install("mypy")
     session.run("mypy", "--config-file", str(ROOT / "pyproject.toml"), str(ROOT / "src"))
 
@@ -76,7 +80,7 @@ def build_wheel(session: nox.Session) -> Path:
     for old in out.glob("*.whl"):
         old.unlink()
     if NATIVE:
-        session.install(TORCH)
+        session.install(*TORCH)
         session.install("build", "setuptools>=77", "wheel", "ninja")
     else:
         session.install("build")
@@ -113,14 +117,15 @@ def check_wheel(session: nox.Session, wheel: Path) -> None:
 
 @nox.session
 def build(session: nox.Session) -> None:
+    """Build the wheel (PEP 517) and check its entry points, requirements, licence and py.typed."""
     check_wheel(session, build_wheel(session))
 
 
 @nox.session
 @nox.parametrize("lmcache", RELEASES, ids=RELEASES)
 def tests(session: nox.Session, lmcache: str) -> None:
-    """Conformance suite against the installed wheel and lmcache ``lmcache``."""
-    session.install(TORCH)  # first: lmcache's own torch requirement is unpinned
+    """The conformance suite against the installed wheel and one tested lmcache release."""
+    session.install(*TORCH)  # first: lmcache's own torch requirement is unpinned
     session.install(f"lmcache=={lmcache}", *CLI_EXTRAS.get(lmcache, []))
     wheel = build_wheel(session)
     session.install(f"{wheel}[test]")
@@ -133,7 +138,7 @@ def tests(session: nox.Session, lmcache: str) -> None:
 @nox.session(default=False)
 def soak(session: nox.Session) -> None:
     """Many cycles through a real server per transfer path; posargs go to tests/soak.py (e.g. --cycles 200)."""
-    session.install(TORCH)
+    session.install(*TORCH)
     session.install(f"lmcache=={RELEASES[-1]}", *CLI_EXTRAS.get(RELEASES[-1], []))
     wheel = build_wheel(session)
     session.install(f"{wheel}[test]")

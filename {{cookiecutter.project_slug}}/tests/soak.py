@@ -7,9 +7,13 @@ and LMCache-driven when the spec offers it) it starts a server, one worker
 process (``e2e_worker.py``) and a scheduler, then runs ``--cycles`` cycles. Each
 cycle stores a new prompt (its own KV bytes), polls the lookup until it hits,
 retrieves into zeroed blocks and compares bytes; every tenth cycle also
-re-reads a prompt stored five cycles earlier. Targets: 0 mismatched bytes, RSS
-growth of worker and server under 5 % between the end of warm-up and the end,
-no leaked ``/dev/shm`` segments or file descriptors.
+re-reads a prompt stored five cycles earlier. The server's L1 holds about 300
+prompts, so by the end of the warm-up (``--warmup`` cycles, before the measured
+``--cycles``) LRU eviction keeps the cache at a constant size, and RSS growth
+means a leak, not a fuller cache. Targets over the measured cycles: 0
+mismatched bytes, RSS growth of worker and server under 5 %, no leaked
+``/dev/shm`` segments or file descriptors. RSS is also printed every 250 cycles,
+to tell a plateau from a leak.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from e2e_worker import BLOCK_SIZE, token_ids
 DEVICE = "{{ cookiecutter.device_name }}"
 CHUNK = 64
 TOKENS = 2 * CHUNK
+#: ~20 MB: about 300 prompts of 2 layers x 128 tokens; eviction starts well inside the warm-up.
+L1_GB = 0.02
 SERVER_ENV = {
     "LMCACHE_DEVICE_BACKEND": "{{ cookiecutter.backend_name }}",
     "{{ cookiecutter.__emulator_env_var }}": os.environ.get("{{ cookiecutter.__emulator_env_var }}", "1"),
@@ -61,9 +67,9 @@ def soak_path(label: str, server_mode: str, worker_mode: str, shm: bool, cycles:
     shm_before = shm_entries()
     shm_name = f"soak_{os.getpid()}" if shm else None
     server_env = SERVER_ENV if worker_mode == "lmcache_driven" else {}
-    figures: dict = {"path": label, "cycles": cycles}
+    figures: dict = {"path": label, "cycles": cycles, "warmup": warmup, "rss_trace_mib": []}
     with running_server(work / f"{label}-server.log".replace(" ", "_"), transfer_mode=server_mode,
-                        shm_name=shm_name, chunk_size=CHUNK, env=server_env, l1_size_gb=0.5) as server:  # fmt: skip
+                        shm_name=shm_name, chunk_size=CHUNK, env=server_env, l1_size_gb=L1_GB) as server:  # fmt: skip
         assert server.process is not None
         worker = Worker(server.url, model=f"soak-{worker_mode}", rank=0, world_size=1, tokens=TOKENS,
                         log_path=work / f"{label}-worker.log".replace(" ", "_"), mode=worker_mode,
@@ -74,7 +80,7 @@ def soak_path(label: str, server_mode: str, worker_mode: str, shm: bool, cycles:
         started = time.monotonic()
         try:
             assert worker.next_result()["phase"] == "store" and worker.next_result()["phase"] == "ready"
-            for cycle in range(cycles):
+            for cycle in range(warmup + cycles):
                 first = 10_000 + cycle * TOKENS
                 worker.store(first)
                 failures += not worker.next_result()["ok"]
@@ -90,6 +96,9 @@ def soak_path(label: str, server_mode: str, worker_mode: str, shm: bool, cycles:
                     scheduler.end_session(request_id)
                     mismatches += not (result["ok"] and result["bytes_match"])
                     rereads += read != first
+                if (cycle + 1) % 250 == 0:
+                    sizes = (rss_kib(worker.process.pid), rss_kib(server.process.pid))
+                    figures["rss_trace_mib"].append((cycle + 1, *(round(kib / 1024) for kib in sizes)))
                 if cycle + 1 == warmup:
                     baseline = {
                         "worker_rss": rss_kib(worker.process.pid), "server_rss": rss_kib(server.process.pid),
@@ -119,16 +128,18 @@ def soak_path(label: str, server_mode: str, worker_mode: str, shm: bool, cycles:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cycles", type=int, default=1000)
-    parser.add_argument("--warmup", type=int, default=100, help="cycles before the RSS and fd baseline")
+    parser.add_argument("--cycles", type=int, default=1000, help="measured cycles, after the warm-up")
+    parser.add_argument("--warmup", type=int, default=1000, help="cycles before the RSS and fd baseline")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--paths", nargs="*", help="only these paths (default: all), e.g. 'engine-driven pickle'")
     args = parser.parse_args()
-    if not 0 < args.warmup < args.cycles:
-        parser.error("--warmup must be between 0 and --cycles")
+    if args.warmup < 1 or args.cycles < 1:
+        parser.error("--warmup and --cycles must be positive")
     paths = [("engine-driven pickle", "engine_driven", "engine_driven", False),
              ("engine-driven SHM", "engine_driven", "engine_driven", True)]  # fmt: skip
     if lmcache_driven_offered():
         paths.append(("lmcache-driven", "lmcache_driven", "lmcache_driven", False))
+    paths = [p for p in paths if not args.paths or p[0] in args.paths]
     results = []
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         for label, server_mode, worker_mode, shm in paths:
