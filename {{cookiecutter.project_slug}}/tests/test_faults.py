@@ -216,6 +216,29 @@ def test_a_token_range_that_is_not_chunk_aligned_stores_nothing_and_the_server_s
             worker.close(timeout=30)
 
 
+def test_a_full_l1_drops_stores_that_say_true_and_only_the_lookup_tells(tmp_path: Path) -> None:
+    """Twelve 256 KiB prompts into a 1 MiB L1: the stores say True, yet lookups find later prompts missing."""
+    prompts = [100_000 + i * 4 * CHUNK for i in range(12)]
+    with engine_server(tmp_path, l1_size_gb=0.001) as server:
+        worker = Worker(server.url, model="fault-full", rank=0, world_size=1, tokens=4 * CHUNK,
+                        log_path=tmp_path / "worker.log", extra_args=["--mq-timeout", MQ_TIMEOUT])  # fmt: skip
+        scheduler = Scheduler(server.url, "fault-full", 1, BLOCK_SIZE, mq_timeout=float(MQ_TIMEOUT))
+        try:
+            worker.next_result(timeout=DEADLINE_S)
+            assert worker.next_result(timeout=DEADLINE_S)["phase"] == "ready"
+            said = {}
+            for first in prompts:
+                worker.store(first)
+                said[first] = worker.next_result(timeout=DEADLINE_S)["ok"]
+            time.sleep(1)  # engine-driven stores commit asynchronously: give them time to land
+            found = {first: scheduler.lookup(f"full-{first}", token_ids(4 * CHUNK, first)) for first in prompts}
+            untrue = [first for first in prompts if said[first] and found[first] < 4 * CHUNK]
+            assert untrue, f"every store that said True was found in a 1 MiB L1: said {said}, found {found}"
+        finally:
+            scheduler.close()
+            worker.close(timeout=30)
+
+
 BAD_KV = textwrap.dedent(
     """
     import json, sys, time
