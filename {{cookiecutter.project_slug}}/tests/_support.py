@@ -125,6 +125,7 @@ class LMCacheServer:
         env: Mapping[str, str | None] = (),
         l1_size_gb: float = 0.25,
         port: int | None = None,
+        lazy_l1: bool = True,
     ):
         self.port = port or free_port()  # a given port: restart a server where workers expect it
         self.http_port = free_port()
@@ -143,7 +144,9 @@ class LMCacheServer:
         if shm_name:
             # The SHM pool needs a non-lazy L1; LMCache keeps L1 lazy (and silently
             # serves engine-driven workers by pickle) when the device can pin memory.
-            self.argv += ["--shm-name", shm_name, "--no-l1-use-lazy"]
+            self.argv += ["--shm-name", shm_name]
+        if shm_name or not lazy_l1:
+            self.argv += ["--no-l1-use-lazy"]
         self.env = child_env(env)
         self.process: subprocess.Popen[bytes] | None = None
 

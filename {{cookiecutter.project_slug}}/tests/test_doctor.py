@@ -185,3 +185,18 @@ def test_doctor_explains_a_transfer_mode_mismatch_that_lmcache_only_times_out_on
     assert status == 1 and seconds < DEADLINE_S, (seconds, out)
     report = line(out, f"server {server.url}")
     assert report.startswith("✗") and "--supported-transfer-mode" in report
+
+
+def test_doctor_round_trips_lmcache_driven_through_a_server_running_this_plugin(spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """--mode lmcache_driven against a server that runs this plugin: ✓ with the lmcache-driven path named."""
+    if not spec.is_lmcache_driven_available():
+        pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
+    server_env = {"LMCACHE_DEVICE_BACKEND": BACKEND, EMULATOR: os.environ.get(EMULATOR, "1")}
+    log = tmp_path / "server.log"
+    with running_server(log, transfer_mode="lmcache_driven", shm_name=None, chunk_size=CHUNK_TOKENS,
+                        env=server_env) as server:  # fmt: skip
+        args = ("--server", server.url, "--mode", "lmcache_driven", "--tokens", str(2 * CHUNK_TOKENS))
+        status, out, _ = doctor(*args)
+        assert status == 0, out + server.log_tail()
+    report = line(out, f"server {server.url}")
+    assert report.startswith("✓") and "lmcache-driven" in report and "identical" in report
