@@ -38,6 +38,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from xml.etree import ElementTree
 
 import nox
 from packaging.requirements import Requirement
@@ -56,13 +57,25 @@ LMCACHE_REQUIREMENT: str = _CONTEXT["_lmcache_requirement"]
 NEWEST = LMCACHE_RELEASES[-1]
 #: Undeclared dependencies a release's ``lmcache`` command line needs (0.5.4's and 0.5.5's import openai).
 RELEASE_EXTRAS: dict[str, list[str]] = {"0.5.4": ["openai"], "0.5.5": ["openai"]}
-#: The sample backends generate_and_test proves, one after another in one environment.
-VARIANTS = {
+#: The sample backends generate_and_test proves, one after another in one environment. With the
+#: in-tree variants below they are the heavy (end-to-end) subset of the option matrix: every value of
+#: every option is proven end to end at least once.
+VARIANTS: dict[str, dict[str, str]] = {
     "engine-driven": {"device_name": "foo", "lmcache_driven": "no", "native_ops": "no"},
     "lmcache-driven-default": {"device_name": "foo", "lmcache_driven": "default", "native_ops": "no"},
     "lmcache-driven-opt-in": {"device_name": "foo", "lmcache_driven": "opt_in", "native_ops": "no"},
     "native-lmcache-driven": {"device_name": "foo", "lmcache_driven": "default", "native_ops": "yes"},
+    # No emulator on a host without the device: the suite must skip what needs one, run the rest.
+    "no-emulator": {"device_name": "foo", "lmcache_driven": "default", "native_ops": "no", "emulator": "no"},
 }
+#: The in-tree contributions the in_tree session overlays onto an installed lmcache.
+IN_TREE_VARIANTS: dict[str, dict[str, str]] = {
+    "in-tree-lmcache-driven-default": {"device_name": "foo", "ownership": "in_tree", "lmcache_driven": "default", "native_ops": "no"},
+    "in-tree-engine-driven": {"device_name": "foo", "ownership": "in_tree", "lmcache_driven": "no", "native_ops": "no"},
+}
+#: An in-tree contribution's imports are regrouped by LMCache's own isort settings (lmcache is first-party
+#: there); every other rule applies as to the wheel.
+IN_TREE_RUFF = ("--line-length", "120", "--select", "E,F,W,I,B,UP", "--ignore", "B009,I001")
 LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "event_ipc.py", "pin_memory.py")
 
 
@@ -82,12 +95,13 @@ def render(session: nox.Session, out: Path, answers: dict[str, str]) -> Path:
 def inspect_wheel(session: nox.Session, wheel: Path, answers: dict[str, str]) -> None:
     """Check the built wheel's entry point and metadata before installing it."""
     device = answers["device_name"]
+    prefix = "".join(part.capitalize() for part in device.split("_"))
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
         entry_points = archive.read(f"{info}/entry_points.txt").decode()
         metadata = archive.read(f"{info}/METADATA").decode()
-    expected_ep = f"[lmcache.device_plugins]\n{device} = lmcache_{device}.device:{device.capitalize()}DeviceSpec"
+    expected_ep = f"[lmcache.device_plugins]\n{device} = lmcache_{device}.device:{prefix}DeviceSpec"
     problems = []
     if expected_ep not in entry_points:
         problems.append(f"entry_points.txt lacks {expected_ep!r}:\n{entry_points}")
@@ -101,9 +115,12 @@ def inspect_wheel(session: nox.Session, wheel: Path, answers: dict[str, str]) ->
     allowed = [v for v in LMCACHE_RELEASES if Requirement(LMCACHE_REQUIREMENT).specifier.contains(v)]
     if allowed != LMCACHE_RELEASES:
         problems.append(f"{LMCACHE_REQUIREMENT!r} excludes tested releases {sorted(set(LMCACHE_RELEASES) - set(allowed))}")
-    for required in (f"lmcache_{device}/py.typed", f"lmcache_{device}/emulator/csrc/host_device.cpp", f"{info}/licenses/LICENSE"):
+    for required in (f"lmcache_{device}/py.typed", f"{info}/licenses/LICENSE"):
         if required not in names:
             problems.append(f"wheel lacks {required}")
+    emulator = answers.get("emulator", "yes") == "yes"
+    if (f"lmcache_{device}/emulator/csrc/host_device.cpp" in names) != emulator:
+        problems.append(f"emulator {'missing' if emulator else 'should not be shipped'}")
     lmcache_driven = answers.get("lmcache_driven", "no") != "no"
     for module in LMCACHE_DRIVEN_MODULES:
         if (f"lmcache_{device}/{module}" in names) != lmcache_driven:
@@ -114,7 +131,7 @@ def inspect_wheel(session: nox.Session, wheel: Path, answers: dict[str, str]) ->
         problems.append(f"native ops {'missing' if native else 'should not be built'}")
     if problems:
         session.error("wheel check failed:\n  " + "\n  ".join(problems))
-    session.log(f"wheel OK: {wheel.name} ({len(names)} files), entry point {device} -> {device.capitalize()}DeviceSpec")
+    session.log(f"wheel OK: {wheel.name} ({len(names)} files), entry point {device} -> {prefix}DeviceSpec")
 
 
 @nox.session
@@ -124,41 +141,59 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-p", "no:cacheprovider", str(ROOT / "tests"), *session.posargs)
 
 
-def prove_release(session: nox.Session, release: str) -> None:
-    """Install CPU torch and lmcache ``release``, then prove the selected variants one after another."""
-    unknown = set(session.posargs) - set(VARIANTS)
-    if unknown:
-        session.error(f"unknown variant(s) {sorted(unknown)}; choose from {sorted(VARIANTS)}")
-    selected = [name for name in VARIANTS if not session.posargs or name in session.posargs]
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[name] = round(now - clock, 1)
-        clock = now
-
-    # Torch first and pinned: lmcache's own dependency on torch is unpinned.
+def install_lmcache(session: nox.Session, release: str, *extra: str) -> None:
+    """CPU torch first and pinned (lmcache's own dependency on torch is unpinned), then lmcache ``release``."""
     session.install(TORCH)
     # setuptools and wheel: native variants build without isolation, against this torch.
-    session.install(f"lmcache=={release}", *RELEASE_EXTRAS.get(release, []), "build", "mypy", "setuptools>=77", "wheel", *TEMPLATE_DEPS)
+    session.install(f"lmcache=={release}", *RELEASE_EXTRAS.get(release, []), "build", "mypy", "setuptools>=77", "wheel",
+                    *TEMPLATE_DEPS, *extra)  # fmt: skip
     session.run("python", "-c", "from importlib.metadata import version; print('lmcache under test:', version('lmcache'))")
     # Fail here, not in every E2E test, if the release's command line lacks an undeclared dependency.
     session.run("lmcache", "server", "--help", silent=True)
+
+
+def select(session: nox.Session, variants: dict[str, dict[str, str]]) -> list[str]:
+    """The variants named in posargs (all when none are), refusing unknown names."""
+    unknown = set(session.posargs) - set(variants)
+    if unknown:
+        session.error(f"unknown variant(s) {sorted(unknown)}; choose from {sorted(variants)}")
+    return [name for name in variants if not session.posargs or name in session.posargs]
+
+
+class Laps:
+    """Wall-clock time per step, printed side by side at the end of a session."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self.clock = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round(now - self.clock, 1)
+        self.clock = now
+
+    def report(self, session: nox.Session, title: str) -> None:
+        session.log(f"{title} timings (s): " + json.dumps(self.timings) + f", total {sum(self.timings.values()):.1f}")
+
+
+def prove_release(session: nox.Session, release: str) -> None:
+    """Install CPU torch and lmcache ``release``, then prove the selected variants one after another."""
+    selected = select(session, VARIANTS)
+    lap = Laps()
+    install_lmcache(session, release)
     lap(f"install torch + lmcache {release}")
     work = Path(session.create_tmp()).resolve()
     for index, name in enumerate(selected):
-        project = prove_variant(session, work / name, VARIANTS[name])
-        lap(name)
-        if index == 0 and release == NEWEST:
-            # The vendor's own noxfile, as its CI workflow calls it: every session must work as
-            # shipped (own venvs; the conformance suite once more, from the vendor's session).
+        # The first variant on the newest release runs its suite through the vendor's own noxfile,
+        # as its CI workflow calls it: every rendered session must work as shipped.
+        vendor_nox = index == 0 and release == NEWEST
+        project = prove_variant(session, work / name, VARIANTS[name], run_suite=not vendor_nox)
+        if vendor_nox:
             with session.chdir(project):
                 session.run("nox", "--envdir", str(work / "vendor-nox"), "-s", "lint", "typecheck", "build",
                             f"tests({release})", env={"TORCH_REQUIREMENT": TORCH})  # fmt: skip
-            lap(f"{name}: rendered noxfile lint typecheck build tests({release})")
-    session.log(f"lmcache {release} timings (s): " + json.dumps(timings) + f", total {sum(timings.values()):.1f}")
+        lap(name + (f" (its own nox -s lint typecheck build tests({release}))" if vendor_nox else ""))
+    lap.report(session, f"lmcache {release}")
 
 
 @nox.session(reuse_venv=True)
@@ -204,12 +239,13 @@ def install_variant(session: nox.Session, work: Path, answers: dict[str, str], *
     return project
 
 
-def prove_variant(session: nox.Session, work: Path, answers: dict[str, str]) -> Path:
+def prove_variant(session: nox.Session, work: Path, answers: dict[str, str], *, run_suite: bool = True) -> Path:
     """Install one variant and run its conformance suite from an empty directory; return the rendered project."""
     project = install_variant(session, work, answers)
     run_dir = work / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    env = {"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1"}
+    emulator = answers.get("emulator", "yes") == "yes"
+    env = {"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1" if emulator else None}
     with session.chdir(run_dir):  # nothing may resolve to the source tree
         session.run(
             "python", "-c",
@@ -217,9 +253,67 @@ def prove_variant(session: nox.Session, work: Path, answers: dict[str, str]) -> 
             "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)",
             env=env,
         )  # fmt: skip
-        session.run("python", "-c", "import lmcache_foo.emulator, torch; print('torch.foo devices:', torch.foo.device_count())", env=env)
-        session.run("pytest", "-p", "no:cacheprovider", "-ra", "-v", str(project / "tests"), env=env)
+        if emulator:
+            session.run("python", "-c", "import lmcache_foo.emulator, torch; print('torch.foo devices:', torch.foo.device_count())", env=env)
+        if run_suite:
+            run_suite_counted(session, project / "tests", work / "junit.xml", env, device_present=emulator)
     return project
+
+
+def run_suite_counted(session: nox.Session, tests_dir: Path, junit: Path, env: dict[str, str | None], *, device_present: bool) -> None:
+    """Run a rendered suite; without a device, also require that the device-free tests ran and the rest skipped."""
+    session.run("pytest", "-p", "no:cacheprovider", "-ra", "-v", f"--junitxml={junit}", str(tests_dir), env=env)
+    cases = ElementTree.parse(junit).getroot().iter("testcase")
+    outcome = {"passed": 0, "skipped": 0}
+    for case in cases:
+        outcome["skipped" if case.find("skipped") is not None else "passed"] += 1
+    session.log(f"{tests_dir}: {outcome['passed']} passed, {outcome['skipped']} skipped")
+    if not device_present and (outcome["passed"] == 0 or outcome["skipped"] == 0):
+        session.error(f"without a device the suite must run its device-free tests and skip the rest: {outcome}")
+
+
+@nox.session(reuse_venv=True)
+def in_tree(session: nox.Session) -> None:
+    """Overlay each in-tree rendering onto the newest installed lmcache, apply its wire patch, run its suite.
+
+    Each variant starts from a reinstalled, unpatched lmcache. Posargs select variants by name.
+    """
+    selected = select(session, IN_TREE_VARIANTS)
+    lap = Laps()
+    install_lmcache(session, NEWEST, "ninja", "packaging")
+    lap(f"install torch + lmcache {NEWEST}")
+    work = Path(session.create_tmp()).resolve()
+    for name in selected:
+        answers = IN_TREE_VARIANTS[name]
+        project = render(session, work / name / "rendered", answers)
+        backend = answers["device_name"]
+        session.run("ruff", "check", "--no-cache", "--no-respect-gitignore", *IN_TREE_RUFF, str(project))
+        with session.chdir(project):  # module names from the tree: lmcache.v1.platform.devices.<backend>
+            session.run("mypy", "--ignore-missing-imports", "--explicit-package-bases", "--cache-dir", str(work / "mypy-cache"),
+                        f"lmcache/v1/platform/devices/{backend}")  # fmt: skip
+        # A pristine lmcache: undo the previous variant's overlay and patch.
+        session.install("--force-reinstall", "--no-deps", f"lmcache=={NEWEST}")
+        site = Path(session.run("python", "-c", "import lmcache, os; print(os.path.dirname(os.path.dirname(lmcache.__file__)))",
+                                silent=True, env={"LMCACHE_DEVICE_BACKEND": None}).strip().splitlines()[-1])  # fmt: skip
+        target = site / "lmcache" / "v1" / "platform" / "devices" / backend
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(project / "lmcache" / "v1" / "platform" / "devices" / backend, target)
+        for patch in sorted((project / "patches").glob("*.patch")) if (project / "patches").is_dir() else []:
+            session.run("patch", "-p1", "--forward", "--dry-run", "-d", str(site), "-i", str(patch), external=True)
+            session.run("patch", "-p1", "--forward", "-d", str(site), "-i", str(patch), external=True)
+        run_dir = work / name / "run"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        env = {"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1"}
+        with session.chdir(run_dir):
+            session.run("python", "-c", f"import lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY as r; "
+                        f"s = r[{backend!r}]; print('in-tree spec under test:', type(s).__module__, type(s).__name__)",
+                        env=env)  # fmt: skip
+            run_suite_counted(session, project / "tests" / "v1" / "platform" / "devices" / backend, work / name / "junit.xml",
+                              env, device_present=True)  # fmt: skip
+        lap(name)
+    # Leave the environment's lmcache as installed.
+    session.install("--force-reinstall", "--no-deps", f"lmcache=={NEWEST}")
+    lap.report(session, "in-tree")
 
 
 @nox.session(default=False, reuse_venv=True)

@@ -102,9 +102,43 @@ def problems(answers: dict) -> list[str]:
     if not EMAIL.match(email):
         found.append(f"author_email={email!r} must look like name@example.com")
 
+    found += combination_problems(answers)
+
     version = str(answers["version"])
     if not VERSION.match(version):
         found.append(f"version={version!r} must be a PEP 440 version such as '0.1.0'")
+    return found
+
+
+def combination_problems(answers: dict) -> list[str]:
+    """Choices that are each valid but cannot work together, with the change that makes them work."""
+    found: list[str] = []
+    device = str(answers["device_name"])
+    emulator = answers["emulator"] == "yes"
+    # (An LMCache built-in name is already refused, with its own fix.)
+    if emulator and device in answers["_torch_builtin_devices"] and device not in answers["_builtin_backends"]:
+        found.append(
+            f"emulator='yes' cannot emulate device_name={device!r}: torch already has a {device!r} device type, "
+            "and the emulator registers its device through PyTorch's PrivateUse1 slot, which can only take a new name. "
+            "Set emulator='no' and run the tests on the real device"
+        )
+    elif emulator and not str(answers["torch_extension_module"]):
+        found.append(
+            f"emulator='yes' with an empty torch_extension_module says torch has {device!r} built in, which the "
+            "emulator cannot replace. Set emulator='no' (torch has the device built in), or name the module that "
+            f"creates torch.{device}, for example torch_extension_module='torch_{device}'"
+        )
+    if answers["ownership"] == "in_tree" and answers["native_ops"] == "yes":
+        found.append(
+            "ownership='in_tree' with native_ops='yes' is not rendered: in LMCache's tree, native kernels belong in "
+            "LMCache's own csrc/ and setup.py build (lmcache.lmcache_native), which this template cannot edit. "
+            "Set native_ops='no' for the in-tree contribution (it uses the torch baseline), or ownership='wheel'"
+        )
+    if answers["ownership"] == "in_tree" and answers["license"] != "Apache-2.0":
+        found.append(
+            f"ownership='in_tree' contributes the backend to LMCache, which is Apache-2.0 licensed; "
+            f"license={answers['license']!r} cannot be merged there. Set license='Apache-2.0', or ownership='wheel'"
+        )
     return found
 
 

@@ -1,9 +1,14 @@
+{% if cookiecutter.ownership == 'in_tree' -%}
+{% include 'device_spec.py.j2' %}
+{%- else -%}
 # SPDX-License-Identifier: {{ cookiecutter.license }}
 """LMCache device backend for {{ cookiecutter.device_name }} devices.
 
 Modules: ``device`` (the DeviceSpec LMCache discovers), ``device_ops`` (the
-KV-cache ops), ``_lmcache_compat`` (everything specific to an LMCache release),
+KV-cache ops), ``_lmcache_compat`` (everything specific to an LMCache release){{ "," if cookiecutter.emulator == "yes" else "." }}
+{%- if cookiecutter.emulator == 'yes' %}
 ``emulator`` (a CPU stand-in for ``torch.{{ cookiecutter.__torch_module_name }}``, tests only).
+{%- endif %}
 
 Must not import LMCache or torch: a process that imports this package before
 ``import lmcache`` would otherwise start LMCache's plugin discovery while this
@@ -11,3 +16,4 @@ package is half-initialised, and LMCache would skip the plugin.
 """
 
 __version__ = "{{ cookiecutter.version }}"
+{%- endif %}

@@ -46,7 +46,7 @@ from ._lmcache_compat import (
 {%- endif %}
     torch_ops,
 )
-from .device import DEVICE_TYPE, TORCH_MODULE_NAME
+from {{ cookiecutter.__spec_relative }} import DEVICE_TYPE, TORCH_MODULE_NAME
 {%- if cookiecutter.lmcache_driven != 'no' or cookiecutter.native_ops == 'yes' %}
 
 logger = init_logger(__name__)

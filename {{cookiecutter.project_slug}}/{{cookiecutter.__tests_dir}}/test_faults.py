@@ -37,7 +37,7 @@ from e2e_worker import BLOCK_SIZE, token_ids
 
 BACKEND = "{{ cookiecutter.backend_name }}"
 DEVICE = "{{ cookiecutter.device_name }}"
-SPEC_PATH = "{{ cookiecutter.import_package }}.device:{{ cookiecutter.class_prefix }}DeviceSpec"
+SPEC_PATH = "{{ cookiecutter.__spec_module }}:{{ cookiecutter.class_prefix }}DeviceSpec"
 DEADLINE_S = 30
 CHUNK = 64
 #: Short LMCache timeouts: every failure below must surface well inside DEADLINE_S.
@@ -245,7 +245,7 @@ BAD_KV = textwrap.dedent(
     import json, sys, time
     import lmcache, torch, zmq
     from lmcache.integration.vllm import vllm_multi_process_adapter as mp
-    from {{ cookiecutter.import_package }}._lmcache_compat import recorded_event, register_kv_caches
+    from {{ cookiecutter.__package }}._lmcache_compat import recorded_event, register_kv_caches
 
     url, fault = sys.argv[1], sys.argv[2]
     kv = {f"layer.{i}": torch.ones((2, 12, 16, 2, 32), dtype=torch.float16, device=__DEVICE__) for i in range(2)}

@@ -17,6 +17,13 @@ feature detection, never by comparing version numbers:
   msgspec allowlist from 0.5.6 on (``HAS_WIRE_ALLOWLIST``; the registration at
   the end of this file runs only there).
 
+{%- if cookiecutter.ownership == 'in_tree' %}
+In LMCache's tree this module still holds every LMCache name the backend uses,
+so the backend's other modules read the same as an external plugin's; the
+release check and the wire registration an external wheel needs are not
+rendered (the IPC wire type is part of ``ipc_wire.py``).
+{%- endif %}
+
 Must not import, at top level, anything from LMCache except ``DeviceSpec``
 (and, on releases that have it, the msgspec-only ``ipc_wire``): LMCache imports
 this module (through ``device.py``) while it is still building its device
@@ -80,7 +87,9 @@ __all__ = [
     "chunk_object_shape",
     "normalize_and_discover_per_layer_formats",
     "paged_layers_for_baseline",
+{%- if cookiecutter.ownership == 'wheel' %}
     "publish_wrapper_class",
+{%- endif %}
 {%- endif %}
     "HAS_WIRE_ALLOWLIST",
     "DeviceOps",
@@ -331,6 +340,7 @@ def baseline_loaded_cuda_runtime() -> bool:
 def installed_lmcache_version() -> str:
     """The installed LMCache release without local suffix, e.g. ``0.5.6``."""
     return metadata.version("lmcache").split("+", 1)[0]
+{%- if cookiecutter.ownership == 'wheel' %}
 
 
 def check_lmcache_version() -> None:
@@ -351,7 +361,8 @@ def check_lmcache_version() -> None:
 
 
 check_lmcache_version()
-{%- if cookiecutter.lmcache_driven != 'no' %}
+{%- endif %}
+{%- if cookiecutter.lmcache_driven != 'no' and cookiecutter.ownership == 'wheel' %}
 
 
 # ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""LMCache finds, validates and selects the installed plugin (guide: "Debugging checklist").
+"""LMCache finds, validates and selects the {{ 'in-tree backend' if cookiecutter.ownership == 'in_tree' else 'installed plugin' }} (guide: "Debugging checklist").
 
 LMCache builds its registry once per process, inside ``import lmcache``, so
 every case runs in a fresh interpreter with its own environment.
@@ -11,12 +11,13 @@ import json
 import textwrap
 from importlib import metadata
 
+import pytest
 from _support import run_python
 
 BACKEND = "{{ cookiecutter.backend_name }}"
 DEVICE = "{{ cookiecutter.device_name }}"
-PACKAGE = "{{ cookiecutter.import_package }}"
-SPEC_PATH = "{{ cookiecutter.import_package }}.device:{{ cookiecutter.class_prefix }}DeviceSpec"
+PACKAGE = "{{ cookiecutter.__package }}"
+SPEC_PATH = "{{ cookiecutter.__spec_module }}:{{ cookiecutter.class_prefix }}DeviceSpec"
 EMULATOR = "{{ cookiecutter.__emulator_env_var }}"
 
 PROBE = textwrap.dedent(
@@ -47,6 +48,21 @@ def probe(env: dict[str, str | None]) -> tuple[dict, str]:
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
+{% if cookiecutter.ownership == 'in_tree' -%}
+@pytest.mark.without_device
+def test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an_entry_point() -> None:
+    """LMCache's depth-1 scan of lmcache.v1.platform.devices finds the spec in ``__init__.py``; no entry point is involved."""
+    done = run_python(
+        "import json, lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY as r; "
+        f"s = r.get({BACKEND!r}); print(json.dumps(s and [type(s).__module__, type(s).__name__]))",
+        {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [PACKAGE, "{{ cookiecutter.class_prefix }}DeviceSpec"], done.stderr[-3000:]
+    group = metadata.entry_points(group="{{ cookiecutter._entry_point_group }}")
+    assert not [ep for ep in group if ep.name == BACKEND or ep.value.startswith(PACKAGE)]
+{%- else -%}
+@pytest.mark.without_device
 def test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec_class() -> None:
     """The wheel declares exactly one entry point, in LMCache's group, named backend_name."""
     ours = [ep for ep in metadata.entry_points(group="{{ cookiecutter._entry_point_group }}") if ep.value.startswith(PACKAGE + ".")]
@@ -54,6 +70,7 @@ def test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec
     assert ours[0].dist is not None and ours[0].dist.name == "{{ cookiecutter.project_slug }}"
 
 
+@pytest.mark.without_device
 def test_entry_point_group_is_the_one_lmcache_scans() -> None:
     """The group name baked into pyproject.toml equals LMCache's own constant."""
     done = run_python(
@@ -62,6 +79,7 @@ def test_entry_point_group_is_the_one_lmcache_scans() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "{{ cookiecutter._entry_point_group }}"
+{%- endif %}
 
 
 def test_lmcache_device_backend_selects_the_plugin_and_its_ops() -> None:
@@ -88,23 +106,31 @@ def test_auto_detection_selects_the_plugin_when_its_device_is_available() -> Non
     assert result["torch_device_type"] == DEVICE
 
 
+{% if cookiecutter.emulator == 'yes' -%}
+@pytest.mark.without_device
 def test_backend_reports_unavailable_when_its_torch_module_is_missing() -> None:
     """Without torch.<device> the plugin says so, and LMCache refuses the explicit selection."""
     env = {"LMCACHE_DEVICE_BACKEND": BACKEND, "DEVICE_TYPE": None, EMULATOR: "0"}
     done = run_python("import lmcache", env)
-    if done.returncode == 0:  # a real device is present on this host
-        return
+    if done.returncode == 0:
+        pytest.skip("a real {{ cookiecutter.device_name }} device is present on this host")
     assert f"LMCACHE_DEVICE_BACKEND={BACKEND!r} is registered but not available" in done.stderr
+{%- endif %}
 
 
+@pytest.mark.without_device
 def test_registry_build_imports_only_the_spec_module() -> None:
-    """Plain ``import lmcache`` loads device.py and the compat module, nothing heavier."""
+    """Plain ``import lmcache`` loads the spec module and the compat module, nothing heavier."""
     result, log = probe({"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None, EMULATOR: "0"})
     assert BACKEND in result["registered"], log[-3000:]
     assert "Failed to load LMCache device plugin" not in log
     assert {f"{PACKAGE}.device_ops", f"{PACKAGE}.emulator"}.isdisjoint(result["plugin_modules_after_import"])
 
 
+{%- if cookiecutter.ownership == 'wheel' %}
+
+
+@pytest.mark.without_device
 def test_importing_the_package_first_does_not_start_lmcache_discovery() -> None:
     """``import <package>`` before ``import lmcache`` leaves LMCache unimported (else the plugin is skipped)."""
     done = run_python(
@@ -116,6 +142,7 @@ def test_importing_the_package_first_does_not_start_lmcache_discovery() -> None:
     assert done.stdout.strip() == "True"
 
 
+@pytest.mark.without_device
 def test_plugin_refuses_to_load_on_an_untested_lmcache_release() -> None:
     """On an LMCache release outside the tested range, loading fails loudly and names the range."""
     code = textwrap.dedent(
@@ -135,13 +162,14 @@ def test_plugin_refuses_to_load_on_an_untested_lmcache_release() -> None:
     assert "{{ cookiecutter._lmcache_requirement }}" in done.stderr and "lmcache 99.0.0 is installed" in done.stderr
 
 
+@pytest.mark.without_device
 def test_declared_lmcache_range_is_exactly_the_tested_releases() -> None:
     """pyproject's lmcache requirement spans the tested releases, oldest to newest, and admits the installed one."""
     from packaging.requirements import Requirement
     from packaging.version import Version
 
     compat = run_python(
-        "import lmcache, json; from {{ cookiecutter.import_package }} import _lmcache_compat as c; "
+        "import lmcache, json; from {{ cookiecutter.__package }} import _lmcache_compat as c; "
         "print(json.dumps([c.SUPPORTED_LMCACHE, c.TESTED_LMCACHE_VERSIONS, c.installed_lmcache_version()]))",
         {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None},
     )
@@ -153,3 +181,4 @@ def test_declared_lmcache_range_is_exactly_the_tested_releases() -> None:
     oldest, newest = min(tested, key=Version), max(tested, key=Version)
     assert lmcache_req.specifier == Requirement(f"lmcache>={oldest},<={newest}").specifier
     assert installed in tested and lmcache_req.specifier.contains(installed)
+{%- endif %}

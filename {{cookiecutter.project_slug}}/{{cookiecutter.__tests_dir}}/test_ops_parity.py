@@ -66,7 +66,7 @@ def test_scatter_h2d_matches_the_cpu_baseline(layout: str, skip_tokens: int) -> 
 
 def test_memcpy_tensor_mode_matches_the_cpu_baseline() -> None:
     """lmcache_memcpy_async with tensor operands copies the same bytes as on the CPU."""
-    from {{ cookiecutter.import_package }}._lmcache_compat import TransferDirection, torch_ops
+    from {{ cookiecutter.__package }}._lmcache_compat import TransferDirection, torch_ops
 
     src = torch.randn(1024).to(torch.float16)
     expected = torch.zeros_like(src)
@@ -79,7 +79,7 @@ def test_memcpy_tensor_mode_matches_the_cpu_baseline() -> None:
 @pytest.mark.parametrize("direction", ["H2D", "D2H"])
 def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str) -> None:
     """Pointer-mode lmcache_memcpy_async moves the bytes and never loads the CUDA runtime."""
-    from {{ cookiecutter.import_package }}._lmcache_compat import TransferDirection, baseline_loaded_cuda_runtime
+    from {{ cookiecutter.__package }}._lmcache_compat import TransferDirection, baseline_loaded_cuda_runtime
 
     nbytes = 4096 + 17
     host = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)

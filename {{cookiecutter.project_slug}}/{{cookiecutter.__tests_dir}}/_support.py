@@ -389,7 +389,7 @@ RIVAL_SPEC = """
         ops_cls = None
 
         def is_available(self):  # wherever this plugin's device is
-            from {{ cookiecutter.import_package }}.device import {{ cookiecutter.class_prefix }}DeviceSpec
+            from {{ cookiecutter.__spec_module }} import {{ cookiecutter.class_prefix }}DeviceSpec
 
             return {{ cookiecutter.class_prefix }}DeviceSpec().is_available()
 """

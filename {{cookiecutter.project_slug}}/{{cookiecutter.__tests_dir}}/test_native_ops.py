@@ -25,7 +25,7 @@ from lmcache.v1.multiprocess.transfer_context.base import (
 from lmcache.v1.platform import ops_types, resolve_device_ops, torch_ops
 
 DEVICE = "{{ cookiecutter.device_name }}"
-PACKAGE = "{{ cookiecutter.import_package }}"
+PACKAGE = "{{ cookiecutter.__package }}"
 #: Formats the sample kernels handle, and one they hand back to the baseline.
 NATIVE_LAYOUTS = {name: KV_LAYOUTS[name] for name in ("flash_nhd", "flashinfer_nhd", "mla")}
 FALLBACK_LAYOUTS = {"flash_hnd": KV_LAYOUTS["flash_hnd"]}

@@ -25,7 +25,7 @@ from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper
 from lmcache.v1.platform.cache_context import create_cache_context
 from lmcache.v1.platform.kv_wrap import wrap_kv_caches
 
-from {{ cookiecutter.import_package }}._lmcache_compat import auto_transfer_mode
+from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode
 
 DEVICE = "{{ cookiecutter.device_name }}"
 #: Per layer (2, blocks, block_size, heads, head_size): large enough to be exportable.
@@ -118,7 +118,7 @@ def test_closing_a_wrapper_releases_its_mapping(lmcache_driven) -> None:  # type
     """After close() and the last view, the process no longer maps the exported memory."""
     if not on_emulator():
         pytest.skip("mapping counts are observable on the CPU emulator only")
-    from {{ cookiecutter.import_package }}.emulator import _ext
+    from {{ cookiecutter.__package }}.emulator import _ext
 
     tensor = kv_caches()["layer.0"]
     gc.collect()
@@ -139,7 +139,7 @@ def test_cache_context_is_built_by_lmcaches_factory_and_complete(lmcache_driven)
     """create_cache_context() dispatches to the plugin and returns a context with no abstract member left."""
     source = kv_caches()  # the exporter keeps its memory alive while the server maps it
     context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
-    assert type(context).__module__.startswith("{{ cookiecutter.import_package }}.")
+    assert type(context).__module__.startswith("{{ cookiecutter.__package }}.")
     assert not getattr(type(context), "__abstractmethods__", set())
     assert context.device.type == DEVICE and context.num_layers == 3
     assert context.get_kernel_group_kv_pointers(0).device.type == DEVICE
@@ -149,7 +149,7 @@ def test_cache_context_is_built_by_lmcaches_factory_and_complete(lmcache_driven)
 
 def test_pointer_mode_transfer_into_the_staging_buffer_reproduces_the_paged_data(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
     """The server's call shape (device pointers everywhere) gathers the same bytes as the CPU baseline."""
-    from {{ cookiecutter.import_package }}._lmcache_compat import TransferDirection
+    from {{ cookiecutter.__package }}._lmcache_compat import TransferDirection
 
     source = kv_caches(seed=5)
     expected = gather_paged_kv_to_cpu(

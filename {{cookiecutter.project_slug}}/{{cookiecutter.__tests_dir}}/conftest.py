@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+{% if cookiecutter.emulator == 'yes' -%}
+"""Conformance-test setup: opt this process into the emulator and select the backend.
+
+LMCache reads these variables once, at ``import lmcache``, so they are set here,
+before any test module imports LMCache. Values already in the environment win:
+on real {{ cookiecutter.device_name }} hardware run ``{{ cookiecutter.__emulator_env_var }}=0 pytest``.
+"""
+{%- else -%}
+"""Conformance-test setup: select the backend when this host has a {{ cookiecutter.device_name }} device.
+
+LMCache reads these variables once, at ``import lmcache``, so they are set here,
+before any test module imports LMCache. Without a device (no
+``{{ cookiecutter.torch_extension_module or 'torch.' ~ cookiecutter.__torch_module_name }}``, or no device visible) every test that needs
+one is skipped with the reason; the tests marked ``without_device`` still run.
+"""
+{%- endif %}
+
+from __future__ import annotations
+
+import os
+{%- if cookiecutter.emulator == 'no' %}
+
+
+def _device_present() -> bool:
+    """Whether torch.{{ cookiecutter.__torch_module_name }} works here, checked without importing LMCache."""
+    try:
+        import importlib
+
+        import torch
+
+        if "{{ cookiecutter.torch_extension_module }}":
+            importlib.import_module("{{ cookiecutter.torch_extension_module }}")
+        module = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)
+        return bool(module is not None and module.is_available())
+    except Exception:  # noqa: BLE001 - any failure means "no device here"
+        return False
+
+
+DEVICE_PRESENT = _device_present()
+if DEVICE_PRESENT:
+    os.environ.setdefault("LMCACHE_DEVICE_BACKEND", "{{ cookiecutter.backend_name }}")
+{%- else %}
+
+os.environ.setdefault("{{ cookiecutter.__emulator_env_var }}", "1")
+os.environ.setdefault("LMCACHE_DEVICE_BACKEND", "{{ cookiecutter.backend_name }}")
+{%- endif %}
+for _key, _value in {
+    "OMP_NUM_THREADS": "1",
+    "LMCACHE_TRACK_USAGE": "false",
+    "DO_NOT_TRACK": "1",
+    "LMCACHE_DISABLE_BANNER": "1",
+}.items():
+    os.environ.setdefault(_key, _value)
+
+from importlib import metadata  # noqa: E402
+from importlib.util import find_spec  # noqa: E402
+
+
+def pytest_report_header() -> list[str]:
+    """Say which backend and LMCache are under test, and from where."""
+    spec = find_spec("{{ cookiecutter.__package }}")
+    origin = spec.origin if spec else "NOT INSTALLED"
+    return [
+{%- if cookiecutter.ownership == 'in_tree' %}
+        f"{{ cookiecutter.__package }} (in-tree) from {origin}",
+{%- else %}
+        f"{{ cookiecutter.__package }} {metadata.version('{{ cookiecutter.project_slug }}')} from {origin}",
+{%- endif %}
+        f"lmcache {metadata.version('lmcache')}, torch {metadata.version('torch')}",
+{%- if cookiecutter.emulator == 'yes' %}
+        f"{{ cookiecutter.__emulator_env_var }}={os.environ['{{ cookiecutter.__emulator_env_var }}']} "
+        f"LMCACHE_DEVICE_BACKEND={os.environ.get('LMCACHE_DEVICE_BACKEND')}",
+{%- else %}
+        f"{{ cookiecutter.device_name }} device present: {DEVICE_PRESENT}; "
+        f"LMCACHE_DEVICE_BACKEND={os.environ.get('LMCACHE_DEVICE_BACKEND')}",
+{%- endif %}
+    ]
+
+
+import pytest  # noqa: E402
+
+
+def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
+    config.addinivalue_line("markers", "without_device: runs on hosts without a {{ cookiecutter.device_name }} device")
+{%- if cookiecutter.ownership == 'in_tree' %}
+    config.addinivalue_line("markers", "e2e: drives a real `lmcache server` on 127.0.0.1")
+{%- endif %}
+{%- if cookiecutter.emulator == 'no' %}
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_device(request) -> None:  # type: ignore[no-untyped-def]
+    """Skip what needs a {{ cookiecutter.device_name }} device on hosts that have none (no emulator rendered)."""
+    if not DEVICE_PRESENT and request.node.get_closest_marker("without_device") is None:
+        pytest.skip(
+            "no {{ cookiecutter.device_name }} device here: install {{ cookiecutter.torch_extension_module or 'torch with ' ~ cookiecutter.device_name ~ ' support' }} "
+            "on a host with the device (or render with emulator=yes to test on CPU)"
+        )
+{%- endif %}
+
+
+@pytest.fixture(scope="session")
+def spec():  # type: ignore[no-untyped-def]
+    """The DeviceSpec LMCache registered for this backend (in this process's registry)."""
+    from lmcache.v1.platform import get_device_spec
+
+    found = get_device_spec("{{ cookiecutter.device_name }}")
+    assert found is not None and found.backend_name == "{{ cookiecutter.backend_name }}"
+    return found
+
+
+@pytest.fixture
+def lmcache_driven(spec):  # type: ignore[no-untyped-def]
+    """Skip unless the spec declares LMCache-driven transfer (IPC wrapper, events, cache context)."""
+    if not spec.is_lmcache_driven_available() or spec.ipc_wrapper_cls is None:
+        pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer (engine-driven only)")
+    return spec
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    """Print the store/retrieve times the E2E workers measured, side by side (one run, one machine)."""
+    from _support import TRANSFER_TIMES
+
+    if not TRANSFER_TIMES:
+        return
+    terminalreporter.section("E2E transfer times (worker-side submit to result, ms)")
+    for path, phase, rank, ms, world_size in sorted(TRANSFER_TIMES):
+        terminalreporter.write_line(f"{path:<38} tp{world_size} rank{rank} {phase:<8} {ms:8.1f}")
+
+
+def on_emulator() -> bool:
+    import torch
+
+    return bool(getattr(getattr(torch, "{{ cookiecutter.__torch_module_name }}", None), "is_emulator", False))
