@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
+import tomllib
 import zipfile
 from pathlib import Path
 from xml.etree import ElementTree
@@ -49,7 +51,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 ROOT = Path(__file__).resolve().parent
 TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
-TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "ruff", "nox>=2024.4.15"]
+TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "ruff", "nox>=2024.4.15", "build"]
 _CONTEXT = json.loads((ROOT / "cookiecutter.json").read_text())
 #: The LMCache releases the rendered package supports, oldest first (cookiecutter.json).
 LMCACHE_RELEASES: list[str] = _CONTEXT["_lmcache_tested"]
@@ -314,6 +316,130 @@ def in_tree(session: nox.Session) -> None:
     # Leave the environment's lmcache as installed.
     session.install("--force-reinstall", "--no-deps", f"lmcache=={NEWEST}")
     lap.report(session, "in-tree")
+
+
+# ---- option matrix: cheap checks on every combination -----------------------------------------
+TRANSFER_IDS = {"no": "engine_driven", "opt_in": "lmcache_driven_opt_in", "default": "lmcache_driven_default"}
+#: Combinations the pre-generation hook refuses (tests/test_hooks.py proves each refusal).
+REFUSED = {("in_tree", "yes"): "in-tree native ops belong in LMCache's own csrc/ build"}
+
+
+def matrix_params() -> list[nox.param]:
+    """ownership x transfer support x native ops x emulator, minus the refused combinations."""
+    params = []
+    for ownership in ("wheel", "in_tree"):
+        for transfer, transfer_id in TRANSFER_IDS.items():
+            for native in ("no", "yes"):
+                for emulator in ("yes", "no"):
+                    if (ownership, native) in REFUSED:
+                        continue
+                    name = "-".join((ownership, transfer_id, "native_ops" if native == "yes" else "torch_ops",
+                                     "emulator" if emulator == "yes" else "no_emulator"))  # fmt: skip
+                    params.append(nox.param(ownership, transfer, native, emulator, id=name))
+    return params
+
+
+#: One tools environment shared by every matrix session (a venv each would cost more than the checks).
+MATRIX_TOOLS = ["cookiecutter>=2.6", "ruff", "mypy", "build", "setuptools>=77", "wheel", "packaging"]
+
+
+def matrix_tools(session: nox.Session) -> Path:
+    """Create (once) the shared tools venv: the template tools plus CPU torch for native builds."""
+    venv = ROOT / ".nox" / "_matrix_tools"
+    stamp = venv / "installed.json"
+    wanted = json.dumps([TORCH, *MATRIX_TOOLS, sys.version])
+    if not stamp.exists() or stamp.read_text() != wanted:
+        shutil.rmtree(venv, ignore_errors=True)
+        session.run(sys.executable, "-m", "venv", str(venv), external=True)
+        pip = str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"
+        session.run(*pip, TORCH, external=True)
+        session.run(*pip, *MATRIX_TOOLS, external=True)
+        # lmcache's own ipc_wire.py, to prove each wire patch applies (no install: only the file is needed).
+        session.run(str(venv / "bin" / "python"), "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                    "-d", str(venv / "lmcache-wheel"), f"lmcache=={NEWEST}", external=True)  # fmt: skip
+        stamp.write_text(wanted)
+    return venv / "bin"
+
+
+@nox.session(venv_backend="none")
+@nox.parametrize(("ownership", "lmcache_driven", "native_ops", "emulator"), matrix_params())
+def matrix(session: nox.Session, ownership: str, lmcache_driven: str, native_ops: str, emulator: str) -> None:
+    """Cheap checks on one option combination: render, syntax, compile, ruff, mypy, wheel or wire patch.
+
+    Every rendered file must be free of template syntax, Python must compile, TOML and JSON must
+    parse; wheels are built and inspected, in-tree wire patches must apply to lmcache's sources.
+
+    The end-to-end suites run on a representative subset: generate_and_test (wheel variants, emulator on
+    and off) and in_tree (in-tree variants) together prove every value of every option.
+    """
+    tools = matrix_tools(session)
+    answers = {"device_name": "foo", "ownership": ownership, "lmcache_driven": lmcache_driven,
+               "native_ops": native_ops, "emulator": emulator}  # fmt: skip
+    work = Path(session.create_tmp()).resolve()
+    out = work / "rendered"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run(str(tools / "cookiecutter"), "--no-input", "-o", str(out), str(ROOT),
+                *(f"{k}={v}" for k, v in answers.items()), external=True)  # fmt: skip
+    (project,) = out.iterdir()
+    check_rendered_text(session, project)
+    if ownership == "wheel":
+        session.run(str(tools / "ruff"), "check", "--no-cache", "--no-respect-gitignore", str(project), external=True)
+        with session.chdir(project):
+            session.run(str(tools / "mypy"), "--config-file", "pyproject.toml", "--cache-dir", str(work / "mypy-cache"), "src",
+                        external=True)  # fmt: skip
+        dist = work / "dist"
+        shutil.rmtree(dist, ignore_errors=True)
+        isolation = ["--no-isolation"] if native_ops == "yes" else []
+        session.run(str(tools / "python"), "-m", "build", "--wheel", *isolation, "--outdir", str(dist), str(project),
+                    silent=True, external=True)  # fmt: skip
+        (wheel,) = dist.glob("*.whl")
+        inspect_wheel(session, wheel, answers)
+    else:
+        session.run(str(tools / "ruff"), "check", "--no-cache", "--isolated", *IN_TREE_RUFF, str(project), external=True)
+        with session.chdir(project):
+            session.run(str(tools / "mypy"), "--ignore-missing-imports", "--explicit-package-bases", "--cache-dir",
+                        str(work / "mypy-cache"), "lmcache/v1/platform/devices/foo", external=True)  # fmt: skip
+        patches = sorted((project / "patches").glob("*.patch")) if (project / "patches").is_dir() else []
+        if (lmcache_driven != "no") != bool(patches):
+            session.error(f"expected {'a' if lmcache_driven != 'no' else 'no'} wire patch, found {patches}")
+        for patch in patches:
+            source = work / "lmcache-src"
+            shutil.rmtree(source, ignore_errors=True)
+            (wheel,) = (tools.parent / "lmcache-wheel").glob("lmcache-*.whl")
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extract("lmcache/v1/platform/base/ipc_wire.py", source)
+            session.run("patch", "-p1", "--forward", "--dry-run", "-d", str(source), "-i", str(patch), external=True)
+            session.run("patch", "-p1", "--forward", "--quiet", "-d", str(source), "-i", str(patch), external=True)
+            session.run(str(tools / "python"), "-c", "import ast, sys; ast.parse(open(sys.argv[1]).read())",
+                        str(source / "lmcache/v1/platform/base/ipc_wire.py"), external=True)  # fmt: skip
+
+
+LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
+GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.]+ \}\}")
+
+
+def check_rendered_text(session: nox.Session, project: Path) -> None:
+    """No leftover template syntax in any file; every Python file compiles; TOML and JSON parse."""
+    problems = []
+    for path in sorted(p for p in project.rglob("*") if p.is_file()):
+        name = str(path.relative_to(project))
+        text = path.read_text()
+        if name.endswith(".yml"):
+            text = GITHUB_EXPRESSION.sub("", text)
+        if match := LEFTOVER_SYNTAX.search(text):
+            problems.append(f"{name}: leftover {match.group(0)!r}")
+        try:
+            if name.endswith(".py"):
+                compile(text, name, "exec")
+            elif name.endswith(".toml"):
+                tomllib.loads(text)
+            elif name.endswith(".json"):
+                json.loads(text)
+        except (SyntaxError, ValueError) as exc:
+            problems.append(f"{name}: {exc}")
+    if problems:
+        session.error("rendered project check failed:\n  " + "\n  ".join(problems))
+    session.log(f"rendered text OK: {project.name}")
 
 
 @nox.session(default=False, reuse_venv=True)

@@ -18,8 +18,10 @@ TEMPLATE = Path(__file__).resolve().parent.parent
 def render(tmp_path: Path) -> Callable[..., Path]:
     """Render with ``--no-input`` and the given answers; return the project directory."""
 
+    renders = iter(range(1_000))
+
     def _render(**answers: str) -> Path:
-        out = tmp_path / "out"
+        out = tmp_path / f"out{next(renders)}"
         return Path(cookiecutter(str(TEMPLATE), no_input=True, extra_context=answers, output_dir=str(out)))
 
     return _render

@@ -15,7 +15,7 @@ REFUSED = [
     (["device_name=Foo"], "device_name='Foo' must be a lowercase Python identifier", "device_name='foo'"),
     (["device_name=foo-bar"], "device_name='foo-bar' must be a lowercase Python identifier", "device_name='foo_bar'"),
     (["device_name=9foo"], "device_name='9foo'", "for example device_name="),
-    (["device_name=" + "x" * 41], "at most 40 characters", "for example device_name="),
+    (["device_name=" + "x" * 25], "at most 24 characters", "for example device_name="),
     (["device_name=class"], "device_name='class' is a Python keyword", "device_name='class_dev'"),
     (["device_name=cuda"], "device_name='cuda' is one of LMCache's built-in backends", "device_name='acme_cuda'"),
     (["device_name=rbln"], "built-in backends", "device_name='acme_rbln'"),
@@ -28,10 +28,15 @@ REFUSED = [
     (["class_prefix=foo"], "class_prefix='foo' must be a CamelCase identifier", "'Acme'"),
     (["author_email=nobody"], "author_email='nobody' must look like", "name@example.com"),
     (["version=one"], "version='one' must be a PEP 440 version", "'0.1.0'"),
+    # Combinations: each choice valid, together unworkable.
+    (["device_name=mps"], "emulator='yes' cannot emulate device_name='mps'", "Set emulator='no'"),
+    (["torch_extension_module="], "emulator='yes' with an empty torch_extension_module", "torch_extension_module='torch_foo'"),
+    (["ownership=in_tree", "native_ops=yes"], "ownership='in_tree' with native_ops='yes'", "Set native_ops='no'"),
+    (["ownership=in_tree", "license=MIT"], "LMCache, which is Apache-2.0 licensed", "Set license='Apache-2.0'"),
 ]
 
 
-@pytest.mark.parametrize(("answers", "problem", "fix"), REFUSED, ids=[a[0].split("=")[0] + ":" + a[0].split("=")[1][:12] for a, _, _ in REFUSED])
+@pytest.mark.parametrize(("answers", "problem", "fix"), REFUSED, ids=["+".join(a)[:40] for a, _, _ in REFUSED])
 def test_bad_answer_is_refused_with_the_fix_and_nothing_is_written(render_cli: RenderCli, answers: list[str], problem: str, fix: str) -> None:
     """The hook exits non-zero, says what is wrong and what to type, and the output directory stays empty."""
     done, out = render_cli(*answers)
@@ -78,3 +83,23 @@ def test_a_valid_custom_answer_set_renders(render_cli: RenderCli) -> None:
     done, out = render_cli("device_name=acme", "author_name=Acme Corp.", "author_email=dev@acme.example", "license=MIT")
     assert done.returncode == 0, done.stderr
     assert (out / "lmcache-acme-device" / "src" / "lmcache_acme" / "device.py").is_file()
+
+
+def test_an_answer_outside_a_choice_list_is_refused_naming_the_choices(render_cli: RenderCli) -> None:
+    """cookiecutter itself refuses an unknown choice (before the hook), listing the valid ones; nothing is written."""
+    done, out = render_cli("ownership=vendored")
+    assert done.returncode != 0
+    assert "vendored provided for choice variable ownership" in done.stderr and "in_tree" in done.stderr
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [["device_name=mps", "emulator=no", "torch_extension_module="], ["ownership=in_tree", "lmcache_driven=opt_in"]],
+    ids=["torch-built-in-device-without-emulator", "in-tree-lmcache-driven"],
+)
+def test_the_combination_each_refusal_suggests_renders(render_cli: RenderCli, answers: list[str]) -> None:
+    """Following a refusal's fix gives a render (the messages do not send vendors in circles)."""
+    done, out = render_cli(*answers)
+    assert done.returncode == 0, done.stderr
+    assert len(list(out.iterdir())) == 1

@@ -108,7 +108,7 @@ def test_default_render_leaves_no_template_syntax(render: Callable[..., Path], c
     [
         {},
         {"device_name": "acme_npu2", "backend_name": "acme_npu2_v2"},
-        {"device_name": "x" * 40, "torch_extension_module": "", "emulator": "no"},
+        {"device_name": "x" * 24, "torch_extension_module": "", "emulator": "no"},
         {"device_name": "tpu7", "license": "MIT", "class_prefix": "Tpu7X"},
         {"device_name": "gaudi9", "license": "BSD-3-Clause", "torch_extension_module": "habana.torch_ext"},
         {"device_name": "acme_npu2", "lmcache_driven": "default"},

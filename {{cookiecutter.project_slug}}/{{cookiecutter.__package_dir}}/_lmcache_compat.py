@@ -446,7 +446,7 @@ if HAS_WIRE_ALLOWLIST:
         if wrapper_module is not None:  # already imported: it reads the union from its own globals
             wrapper_module.WireIPCData = union  # type: ignore[attr-defined]
         ipc_wire.WRAPPER_TYPES[data_cls] = (WIRE_MODULE, WRAPPER_NAME)
-        alias = types.ModuleType(WIRE_MODULE_PATH, "Alias of {{ cookiecutter.import_package }}.ipc_wrapper for LMCache's wire allowlist.")
+        alias = types.ModuleType(WIRE_MODULE_PATH, f"Alias of {__package__}.ipc_wrapper for LMCache's wire allowlist.")
         alias.__getattr__ = _wrapper_alias_getattr  # type: ignore[method-assign]
         sys.modules[WIRE_MODULE_PATH] = alias
 

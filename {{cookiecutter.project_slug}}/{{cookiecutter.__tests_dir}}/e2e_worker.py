@@ -64,7 +64,8 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
     import zmq
     from lmcache.integration.vllm.vllm_multi_process_adapter import LMCacheMPWorkerAdapter, ParallelStrategy
 
-    from {{ cookiecutter.__package }}._lmcache_compat import register_kv_caches  # after import lmcache
+    # after import lmcache
+    from {{ cookiecutter.__package }}._lmcache_compat import register_kv_caches
 
     strategy = ParallelStrategy(
         mla_only=False,
@@ -130,7 +131,7 @@ def main() -> int:
     source_blocks = list(range(used_blocks))
     source_kv_device = {name: t.to(device) for name, t in expected.items()}
     source = make_adapter(args, source_kv_device)
-    from {{ cookiecutter.__package }}._lmcache_compat import recorded_event  # after import lmcache
+    from {{ cookiecutter.__package }}._lmcache_compat import recorded_event  # after lmcache
 
     def store(first_token: int) -> None:
         if first_token != args.first_token:  # the registered tensors stay; their bytes change

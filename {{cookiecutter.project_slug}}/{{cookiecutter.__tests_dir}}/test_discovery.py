@@ -51,14 +51,15 @@ def probe(env: dict[str, str | None]) -> tuple[dict, str]:
 {% if cookiecutter.ownership == 'in_tree' -%}
 @pytest.mark.without_device
 def test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an_entry_point() -> None:
-    """LMCache's depth-1 scan of lmcache.v1.platform.devices finds the spec in ``__init__.py``; no entry point is involved."""
+    """LMCache's scan of lmcache.v1.platform.devices finds the spec in ``__init__.py``; no entry point is used."""
     done = run_python(
         "import json, lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY as r; "
         f"s = r.get({BACKEND!r}); print(json.dumps(s and [type(s).__module__, type(s).__name__]))",
         {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == [PACKAGE, "{{ cookiecutter.class_prefix }}DeviceSpec"], done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found == [PACKAGE, "{{ cookiecutter.class_prefix }}DeviceSpec"], done.stderr[-3000:]
     group = metadata.entry_points(group="{{ cookiecutter._entry_point_group }}")
     assert not [ep for ep in group if ep.name == BACKEND or ep.value.startswith(PACKAGE)]
 {%- else -%}

@@ -52,7 +52,7 @@ def server(  # type: ignore[no-untyped-def]
 
 def worker_mode(server: LMCacheServer, spec) -> str:  # type: ignore[no-untyped-def]
     """Against an ``auto`` server, let workers use ``auto`` when the spec makes LMCache-driven the default."""
-    from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode  # after import lmcache (conftest)
+    from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode  # after lmcache
 
     if server.mode == "auto" and auto_transfer_mode(spec) == "lmcache_driven":
         return "auto"

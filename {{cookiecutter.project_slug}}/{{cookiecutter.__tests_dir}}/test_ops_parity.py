@@ -79,7 +79,9 @@ def test_memcpy_tensor_mode_matches_the_cpu_baseline() -> None:
 @pytest.mark.parametrize("direction", ["H2D", "D2H"])
 def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str) -> None:
     """Pointer-mode lmcache_memcpy_async moves the bytes and never loads the CUDA runtime."""
-    from {{ cookiecutter.__package }}._lmcache_compat import TransferDirection, baseline_loaded_cuda_runtime
+    from {{ cookiecutter.__package }} import _lmcache_compat as compat
+
+    TransferDirection = compat.TransferDirection
 
     nbytes = 4096 + 17
     host = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
@@ -94,7 +96,7 @@ def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str) -> N
         ops.lmcache_memcpy_async(host.data_ptr(), dev.data_ptr(), nbytes, TransferDirection.D2H, 0, 4096)
         getattr(torch, "{{ cookiecutter.__torch_module_name }}").synchronize()
         assert same_bytes(host, expected)
-    assert not baseline_loaded_cuda_runtime()
+    assert not compat.baseline_loaded_cuda_runtime()
 
 
 def test_tensor_from_ptr_aliases_device_memory() -> None:

@@ -1,0 +1,168 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What each option guarantees: the in-tree layout, the wire patch, emulator on/off, and odd names."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from test_render import LEFTOVER, files
+
+IN_TREE_PACKAGE = "lmcache/v1/platform/devices/foo"
+IN_TREE_TESTS = "tests/v1/platform/devices/foo"
+#: Conformance tests that only make sense for one ownership model; every other test is rendered for both.
+WHEEL_ONLY_TESTS = {
+    "test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec_class",
+    "test_entry_point_group_is_the_one_lmcache_scans",
+    "test_importing_the_package_first_does_not_start_lmcache_discovery",
+    "test_plugin_refuses_to_load_on_an_untested_lmcache_release",
+    "test_declared_lmcache_range_is_exactly_the_tested_releases",
+}
+IN_TREE_ONLY_TESTS = {"test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an_entry_point"}
+
+
+def suite_functions(tests_dir: Path) -> dict[str, set[str]]:
+    """``{test file: {test function names}}`` of a rendered suite."""
+    found = {}
+    for path in sorted(tests_dir.glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        found[path.name] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+    return found
+
+
+def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[..., Path]) -> None:
+    """ownership=in_tree: the package under lmcache/v1/platform/devices/<name>/, tests in LMCache's layout, patch, PR text; no wheel."""
+    project = render(ownership="in_tree", lmcache_driven="default")
+    rendered = files(project)
+    package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
+        "__init__.py", "_lmcache_compat.py", "device_ops.py", "ipc_wrapper.py", "cache_context.py", "event_ipc.py",
+        "pin_memory.py", "emulator/__init__.py", "emulator/csrc/host_device.cpp")}  # fmt: skip
+    suite = {f"{IN_TREE_TESTS}/{name}" for name in (
+        "_support.py", "conftest.py", "e2e_worker.py", "test_discovery.py", "test_e2e_engine_driven.py",
+        "test_e2e_lmcache_driven.py", "test_faults.py", "test_lmcache_driven.py", "test_native_ops.py", "test_ops_parity.py")}  # fmt: skip
+    assert rendered == package | suite | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
+    assert not [d for d in project.rglob("*") if d.is_dir() and not any(d.iterdir())], "empty directories left behind"
+
+
+def test_in_tree_spec_class_is_defined_in_the_package_init_and_imports_only_device_spec(render: Callable[..., Path]) -> None:
+    """LMCache registers only DeviceSpec subclasses *defined* in devices/<name>/__init__.py, and drops packages whose import fails."""
+    init = render(ownership="in_tree") / IN_TREE_PACKAGE / "__init__.py"
+    tree = ast.parse(init.read_text())
+    classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+    assert classes == ["FooDeviceSpec"]
+    imports = [n for n in tree.body if isinstance(n, ast.ImportFrom | ast.Import)]
+    from_lmcache = [n.module for n in imports if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("lmcache"))]
+    assert from_lmcache == ["_lmcache_compat"]  # which imports only DeviceSpec eagerly (test_render checks it)
+    assert "entry point" not in init.read_text().split('"""')[1].lower() or "no entry point" in init.read_text()
+
+
+def test_in_tree_compat_module_neither_checks_the_release_nor_patches_the_wire_codec(render: Callable[..., Path]) -> None:
+    """In LMCache's tree the backend ships with LMCache, and the wire type comes from the patch, not a runtime registration."""
+    compat = (render(ownership="in_tree", lmcache_driven="default") / IN_TREE_PACKAGE / "_lmcache_compat.py").read_text()
+    assert "check_lmcache_version()" not in compat and "register_wire_type" not in compat
+    wrapper = (render(ownership="in_tree", lmcache_driven="opt_in") / IN_TREE_PACKAGE / "ipc_wrapper.py").read_text()
+    assert "from lmcache.v1.platform.base.ipc_wire import FooIPCData" in wrapper
+    assert "publish_wrapper_class" not in wrapper
+
+
+def test_wire_patch_adds_the_struct_its_union_member_and_its_allowlist_entry(render: Callable[..., Path]) -> None:
+    """The three ipc_wire.py edits LMCache 0.5.6 needs for a new wrapper, as a unified diff with consistent hunks."""
+    patch = (render(ownership="in_tree", lmcache_driven="default", device_name="acme_npu2") / "patches/0001-ipc-wire-acme_npu2.patch").read_text()
+    added = [line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert 'class AcmeNpu2IPCData(IPCData, tag="acme_npu2"):' in added
+    assert "    | AcmeNpu2IPCData" in added
+    assert '    AcmeNpu2IPCData: ("acme_npu2.ipc_wrapper", "AcmeNpu2IPCWrapper"),' in added
+    assert patch.startswith("diff --git a/lmcache/v1/platform/base/ipc_wire.py b/lmcache/v1/platform/base/ipc_wire.py\n")
+    for header, body in re.findall(r"^(@@ .* @@)\n((?:[ +-].*\n?)*)", patch, flags=re.M):
+        old_count, new_count = (int(n) for n in re.findall(r"[-+]\d+,(\d+)", header))
+        lines = body.splitlines()
+        assert old_count == sum(1 for line in lines if line[:1] in " -"), header
+        assert new_count == sum(1 for line in lines if line[:1] in " +"), header
+    first_hunk = patch.split("\n@@ ")[1].splitlines()[1:]
+    compile("\n".join(line[1:] for line in first_hunk if line.startswith("+")), "new-struct", "exec")
+
+
+def test_engine_driven_in_tree_render_needs_no_wire_patch(render: Callable[..., Path]) -> None:
+    """Without LMCache-driven transfer there is no wrapper, so LMCache's sources stay untouched."""
+    project = render(ownership="in_tree", lmcache_driven="no")
+    assert not (project / "patches").exists()
+    assert "git apply" not in (project / "PR_DESCRIPTION.md").read_text()
+
+
+def test_both_ownership_models_render_the_same_conformance_suite(render: Callable[..., Path], tmp_path: Path) -> None:
+    """Same test files, same tests, except the few that are about how the backend is installed."""
+    wheel = suite_functions(render(lmcache_driven="default") / "tests")
+    in_tree = suite_functions(render(ownership="in_tree", lmcache_driven="default") / IN_TREE_TESTS)
+    assert set(in_tree) == set(wheel) - {"test_doctor.py"}  # the doctor checks an installed wheel
+    wheel_tests = set().union(*(tests for name, tests in wheel.items() if name != "test_doctor.py"))
+    in_tree_tests = set().union(*in_tree.values())
+    assert wheel_tests - in_tree_tests == WHEEL_ONLY_TESTS
+    assert in_tree_tests - wheel_tests == IN_TREE_ONLY_TESTS
+
+
+@pytest.mark.parametrize(("ownership", "choice"), list(itertools.product(["wheel", "in_tree"], ["opt_in", "default"])))
+def test_every_lmcache_driven_render_carries_an_event_ipc_backend(render: Callable[..., Path], ownership: str, choice: str) -> None:
+    """LMCache-driven without an event backend cannot be rendered: the choice brings the backend and the spec binds it."""
+    project = render(ownership=ownership, lmcache_driven=choice)
+    package = project / (IN_TREE_PACKAGE if ownership == "in_tree" else "src/lmcache_foo")
+    spec = (package / ("__init__.py" if ownership == "in_tree" else "device.py")).read_text()
+    assert (package / "event_ipc.py").is_file()
+    assert "def event_ipc_backend(self) -> FooEventIPCBackend:" in spec
+
+
+def test_no_emulator_render_ships_no_emulator_and_skips_device_tests_without_a_device(render: Callable[..., Path]) -> None:
+    """emulator=no: no emulator files or variable; the suite skips what needs a device, with the reason, and runs the rest."""
+    project = render(emulator="no", lmcache_driven="default")
+    assert not (project / "src/lmcache_foo/emulator").exists()
+    sources = "".join((project / name).read_text() for name in files(project) if name.startswith("src/"))
+    assert "LMCACHE_FOO_EMULATOR" not in sources and "EMULATOR_MODULE" not in sources
+    conftest = (project / "tests/conftest.py").read_text()
+    assert "DEVICE_PRESENT = _device_present()" in conftest and 'get_closest_marker("without_device")' in conftest
+    assert "no foo device here: install torch_foo" in conftest
+
+
+ODD_NAMES = [
+    {"device_name": "x" * 24, "torch_extension_module": "torch_" + "x" * 24},
+    {"device_name": "acme_npu2", "backend_name": "acme_npu2_v2"},
+    {"device_name": "d3v_4_u", "class_prefix": "D3v4U"},
+]
+
+
+@pytest.mark.parametrize("answers", ODD_NAMES, ids=["24-characters", "digits-underscores", "digits-between-underscores"])
+@pytest.mark.parametrize("ownership", ["wheel", "in_tree"])
+def test_odd_but_valid_names_render_clean_python_for_both_ownership_models(
+    render: Callable[..., Path], answers: dict[str, str], ownership: str
+) -> None:
+    """Long names, digits and underscores: no template syntax left, every Python file compiles, ruff passes."""
+    extra = {"backend_name": answers["device_name"]} if ownership == "in_tree" else {}
+    project = render(**{**answers, **extra}, ownership=ownership, lmcache_driven="default")
+    for name in files(project):
+        text = (project / name).read_text()
+        assert not LEFTOVER.search(text) or name.endswith(".yml"), name
+        if name.endswith(".py"):
+            compile(text, name, "exec")
+    config = [] if ownership == "wheel" else ["--isolated", "--line-length", "120", "--select", "E,F,W,I,B,UP", "--ignore", "B009,I001"]
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *config, "."], cwd=project, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+@pytest.mark.parametrize("answers", ODD_NAMES[:2], ids=["24-characters", "digits-underscores"])
+def test_odd_but_valid_names_build_a_wheel_with_the_right_entry_point(render: Callable[..., Path], answers: dict[str, str], tmp_path: Path) -> None:
+    """The wheel of an odd name builds (PEP 517, isolated) and points its entry point at the spec."""
+    project = render(**answers)
+    dist = tmp_path / "dist"
+    done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(project)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        entry_points = next(archive.read(n).decode() for n in archive.namelist() if n.endswith("entry_points.txt"))
+    device, backend = answers["device_name"], answers.get("backend_name", answers["device_name"])
+    prefix = "".join(part.capitalize() for part in device.split("_"))
+    assert f"{backend} = lmcache_{device}.device:{prefix}DeviceSpec" in entry_points
