@@ -5,14 +5,19 @@
 """Automation for lmcache-device-template.
 
 Sessions:
-  tests              the template's own tests (render, refuse, compile); fast.
+  tests              the template's own tests (render, refuse, input safety, updates); fast.
   generate_and_test  render the sample ``foo`` backend in each variant (engine-driven
                      only; LMCache-driven as the default; LMCache-driven opt-in;
-                     native ops with LMCache-driven),
+                     native ops with LMCache-driven; no emulator),
                      build its wheel, install it into a fresh environment with real
                      torch (CPU) and the newest supported lmcache, and run the rendered
                      conformance suite, end to end against a real ``lmcache server``
                      on 127.0.0.1.
+  in_tree            render the in-tree contribution (ownership=in_tree), overlay it
+                     onto the newest installed lmcache, apply its wire patch, and run
+                     the same suite.
+  matrix             one session per option combination (ownership x transfer x native
+                     ops x emulator): render, syntax, compile, ruff, mypy, wheel or patch.
   lmcache_releases   (not default) the same for every supported lmcache release
                      (cookiecutter.json ``_lmcache_tested``), one environment each;
                      ``nox -s "lmcache_releases(0.5.4)"`` runs one release.
@@ -46,12 +51,12 @@ import nox
 from packaging.requirements import Requirement
 
 nox.needs_version = ">=2024.4.15"
-nox.options.sessions = ["tests", "generate_and_test"]
+nox.options.sessions = ["tests", "generate_and_test", "in_tree", "matrix"]
 nox.options.reuse_existing_virtualenvs = True
 
 ROOT = Path(__file__).resolve().parent
 TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
-TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "ruff", "nox>=2024.4.15", "build"]
+TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "ruff", "nox>=2024.4.15", "build", "cruft"]
 _CONTEXT = json.loads((ROOT / "cookiecutter.json").read_text())
 #: The LMCache releases the rendered package supports, oldest first (cookiecutter.json).
 LMCACHE_RELEASES: list[str] = _CONTEXT["_lmcache_tested"]
@@ -289,10 +294,7 @@ def in_tree(session: nox.Session) -> None:
         answers = IN_TREE_VARIANTS[name]
         project = render(session, work / name / "rendered", answers)
         backend = answers["device_name"]
-        session.run("ruff", "check", "--no-cache", "--no-respect-gitignore", *IN_TREE_RUFF, str(project))
-        with session.chdir(project):  # module names from the tree: lmcache.v1.platform.devices.<backend>
-            session.run("mypy", "--ignore-missing-imports", "--explicit-package-bases", "--cache-dir", str(work / "mypy-cache"),
-                        f"lmcache/v1/platform/devices/{backend}")  # fmt: skip
+        # (ruff and mypy run on every in-tree combination in the matrix session)
         # A pristine lmcache: undo the previous variant's overlay and patch.
         session.install("--force-reinstall", "--no-deps", f"lmcache=={NEWEST}")
         site = Path(session.run("python", "-c", "import lmcache, os; print(os.path.dirname(os.path.dirname(lmcache.__file__)))",
@@ -395,23 +397,25 @@ def matrix(session: nox.Session, ownership: str, lmcache_driven: str, native_ops
         (wheel,) = dist.glob("*.whl")
         inspect_wheel(session, wheel, answers)
     else:
-        session.run(str(tools / "ruff"), "check", "--no-cache", "--isolated", *IN_TREE_RUFF, str(project), external=True)
-        with session.chdir(project):
-            session.run(str(tools / "mypy"), "--ignore-missing-imports", "--explicit-package-bases", "--cache-dir",
-                        str(work / "mypy-cache"), "lmcache/v1/platform/devices/foo", external=True)  # fmt: skip
+        session.run(str(tools / "ruff"), "check", "--no-cache", "--isolated", "--no-respect-gitignore", *IN_TREE_RUFF, str(project),
+                    external=True)  # fmt: skip
         patches = sorted((project / "patches").glob("*.patch")) if (project / "patches").is_dir() else []
         if (lmcache_driven != "no") != bool(patches):
             session.error(f"expected {'a' if lmcache_driven != 'no' else 'no'} wire patch, found {patches}")
+        # An LMCache source tree (the released wheel's Python files) with the contribution applied, as a reviewer sees it.
+        checkout = work / "lmcache-checkout"
+        shutil.rmtree(checkout, ignore_errors=True)
+        (wheel,) = (tools.parent / "lmcache-wheel").glob("lmcache-*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(checkout, [n for n in archive.namelist() if n.startswith("lmcache/") and n.endswith((".py", ".pyi"))])
+        shutil.copytree(project / "lmcache/v1/platform/devices/foo", checkout / "lmcache/v1/platform/devices/foo")
         for patch in patches:
-            source = work / "lmcache-src"
-            shutil.rmtree(source, ignore_errors=True)
-            (wheel,) = (tools.parent / "lmcache-wheel").glob("lmcache-*.whl")
-            with zipfile.ZipFile(wheel) as archive:
-                archive.extract("lmcache/v1/platform/base/ipc_wire.py", source)
-            session.run("patch", "-p1", "--forward", "--dry-run", "-d", str(source), "-i", str(patch), external=True)
-            session.run("patch", "-p1", "--forward", "--quiet", "-d", str(source), "-i", str(patch), external=True)
-            session.run(str(tools / "python"), "-c", "import ast, sys; ast.parse(open(sys.argv[1]).read())",
-                        str(source / "lmcache/v1/platform/base/ipc_wire.py"), external=True)  # fmt: skip
+            session.run("patch", "-p1", "--forward", "--dry-run", "-d", str(checkout), "-i", str(patch), external=True)
+            session.run("patch", "-p1", "--forward", "--quiet", "-d", str(checkout), "-i", str(patch), external=True)
+        with session.chdir(checkout):  # errors in LMCache's own modules are not ours to report
+            session.run(str(tools / "mypy"), "--ignore-missing-imports", "--explicit-package-bases", "--follow-imports=silent",
+                        "--cache-dir", str(tools.parent / "mypy-cache-in-tree"), "lmcache/v1/platform/devices/foo",
+                        external=True)  # fmt: skip
 
 
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
@@ -485,4 +489,4 @@ def soak(session: nox.Session) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit('run with: nox -s tests generate_and_test "lmcache_releases(0.5.4)"')
+    sys.exit('run with: nox -s tests generate_and_test in_tree matrix "lmcache_releases(0.5.4)"')

@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A rendered project can be regenerated and updated: replay, config files, and ``cruft update``."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TEMPLATE
+
+#: What a template repository holds (the rest of this checkout is tooling and caches).
+TEMPLATE_CONTENT = ("cookiecutter.json", "hooks", "templates", "{{cookiecutter.project_slug}}")
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+
+def run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=300, env={**os.environ, **GIT_ENV})
+    assert done.returncode == 0, f"{args}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def commit_all(repo: Path, message: str) -> None:
+    run("git", "add", "-A", cwd=repo)
+    run("git", "commit", "-q", "-m", message, cwd=repo)
+
+
+@pytest.fixture
+def template_repo(tmp_path: Path) -> Path:
+    """This template, as a git repository with one commit (cruft records the commit it rendered from)."""
+    repo = tmp_path / "lmcache-device-template"
+    repo.mkdir()
+    for name in TEMPLATE_CONTENT:
+        source = TEMPLATE / name
+        if source.is_dir():
+            shutil.copytree(source, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, repo / name)
+    run("git", "init", "-q", cwd=repo)
+    commit_all(repo, "template at the vendor's first render")
+    return repo
+
+
+def cruft(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run(Path(sys.executable).parent / "cruft", *args, cwd=cwd)
+
+
+def test_cruft_update_brings_in_a_template_change_without_clobbering_vendor_code(template_repo: Path, tmp_path: Path) -> None:
+    """Render at commit A, add vendor code, change the template (commit B), ``cruft update``: both survive."""
+    out = tmp_path / "projects"
+    cruft("create", "--no-input", "--extra-context", json.dumps({"device_name": "acme"}), "--output-dir", out, template_repo, cwd=tmp_path)
+    project = out / "lmcache-acme-device"
+    recorded = json.loads((project / ".cruft.json").read_text())
+    assert recorded["context"]["cookiecutter"]["device_name"] == "acme"
+    run("git", "init", "-q", cwd=project)
+    commit_all(project, "rendered")
+
+    # Vendor work: code where the TODO marker was, and a module the template knows nothing about.
+    ops = project / "src/lmcache_acme/device_ops.py"
+    ops.write_text(ops.read_text().replace("TODO(vendor): call your device kernel here", "acme: calls acme_dma here", 1)
+                   + "\n\ndef acme_tuned_copy() -> str:\n    return 'vendor code'\n")  # fmt: skip
+    (project / "src/lmcache_acme/acme_kernels.py").write_text('"""Vendor-only module."""\n')
+    commit_all(project, "vendor code")
+
+    # A later template commit changes a rendered file.
+    readme = template_repo / "{{cookiecutter.project_slug}}" / "{% if cookiecutter.ownership == 'wheel' %}README.md{% endif %}"
+    readme.write_text(readme.read_text() + "\n## Added by a later template commit\n")
+    commit_all(template_repo, "template change")
+
+    cruft("update", "--skip-apply-ask", cwd=project)
+    assert "## Added by a later template commit" in (project / "README.md").read_text()
+    updated_ops = ops.read_text()
+    assert "acme: calls acme_dma here" in updated_ops and "def acme_tuned_copy() -> str:" in updated_ops
+    assert (project / "src/lmcache_acme/acme_kernels.py").read_text() == '"""Vendor-only module."""\n'
+    new_commit = run("git", "rev-parse", "HEAD", cwd=template_repo).stdout.strip()
+    assert json.loads((project / ".cruft.json").read_text())["commit"] == new_commit
+    assert cruft("check", cwd=project).returncode == 0
+
+
+def render_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cookiecutter", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def same_tree(left: Path, right: Path) -> list[str]:
+    """Files that differ between two renders, ignoring the recorded output directory."""
+    differ = []
+    for path in sorted(p for p in left.rglob("*") if p.is_file()):
+        other = right / path.relative_to(left)
+        if path.name == ".cookiecutter.json":
+            a, b = json.loads(path.read_text()), json.loads(other.read_text())
+            a.pop("_output_dir"), b.pop("_output_dir")
+            equal = a == b
+        else:
+            equal = other.is_file() and filecmp.cmp(path, other, shallow=False)
+        if not equal:
+            differ.append(str(path.relative_to(left)))
+    return differ + sorted(str(p.relative_to(right)) for p in right.rglob("*") if p.is_file() and not (left / p.relative_to(right)).exists())
+
+
+def test_no_input_with_a_config_file_renders_its_answers_and_replay_renders_them_again(tmp_path: Path) -> None:
+    """``--no-input --config-file`` takes its default_context; ``--replay`` reproduces that render file for file."""
+    config = tmp_path / "vendor.yaml"
+    config.write_text(
+        "default_context:\n"
+        "  device_name: acme\n"
+        "  lmcache_driven: opt_in\n"
+        '  author_name: "Acme \\"Chips\\" Inc."\n'
+        f"replay_dir: {tmp_path / 'replay'}\n"
+        f"cookiecutters_dir: {tmp_path / 'cookiecutters'}\n"
+    )
+    first = render_cli("--no-input", "--config-file", config, "-o", tmp_path / "first", TEMPLATE, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    project = tmp_path / "first" / "lmcache-acme-device"
+    answers = json.loads((project / ".cookiecutter.json").read_text())
+    assert (answers["device_name"], answers["lmcache_driven"], answers["author_name"]) == ("acme", "opt_in", 'Acme "Chips" Inc.')
+    assert (project / "src/lmcache_acme/ipc_wrapper.py").is_file()
+
+    again = render_cli("--replay", "--config-file", config, "-o", tmp_path / "again", TEMPLATE, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert same_tree(project, tmp_path / "again" / "lmcache-acme-device") == []
+
+
+def test_a_config_file_answer_with_jinja_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    """Config files are answers too: their values are data."""
+    config = tmp_path / "vendor.yaml"
+    config.write_text("default_context:\n  author_name: \"{{ 7 * 7 }}\"\n" f"replay_dir: {tmp_path / 'replay'}\n")
+    done = render_cli("--no-input", "--config-file", config, "-o", tmp_path / "out", TEMPLATE, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "contains Jinja syntax" in done.stdout + done.stderr
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
