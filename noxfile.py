@@ -190,10 +190,10 @@ def prove_release(session: nox.Session, release: str) -> None:
     install_lmcache(session, release)
     lap(f"install torch + lmcache {release}")
     work = Path(session.create_tmp()).resolve()
-    for index, name in enumerate(selected):
+    for name in selected:
         # The first variant on the newest release runs its suite through the vendor's own noxfile,
         # as its CI workflow calls it: every rendered session must work as shipped.
-        vendor_nox = index == 0 and release == NEWEST
+        vendor_nox = name == next(iter(VARIANTS)) and release == NEWEST
         project = prove_variant(session, work / name, VARIANTS[name], run_suite=not vendor_nox)
         if vendor_nox:
             with session.chdir(project):
