@@ -93,10 +93,17 @@ def test_lmcache_driven_choice_sets_what_auto_means(render: Callable[..., Path],
     assert "def is_lmcache_driven_available(self) -> bool:" in device and "        return True" in device
 
 
-@pytest.mark.parametrize(("choice", "native"), [("no", "no"), ("opt_in", "no"), ("default", "yes"), ("no", "yes")])
-def test_default_render_leaves_no_template_syntax(render: Callable[..., Path], choice: str, native: str) -> None:
-    """No rendered file still contains Jinja markers or ``cookiecutter.`` references."""
-    project = render(lmcache_driven=choice, native_ops=native)
+@pytest.mark.parametrize(
+    ("choice", "native", "ownership", "emulator"),
+    [
+        ("no", "no", "wheel", "yes"), ("opt_in", "no", "wheel", "yes"), ("default", "yes", "wheel", "yes"),
+        ("no", "yes", "wheel", "no"), ("default", "no", "wheel", "no"),
+        ("no", "no", "in_tree", "yes"), ("default", "no", "in_tree", "yes"), ("opt_in", "no", "in_tree", "no"),
+    ],
+)  # fmt: skip
+def test_every_render_leaves_no_template_syntax(render: Callable[..., Path], choice: str, native: str, ownership: str, emulator: str) -> None:
+    """No rendered file still contains Jinja markers or ``cookiecutter.`` references, whatever the options."""
+    project = render(lmcache_driven=choice, native_ops=native, ownership=ownership, emulator=emulator)
     texts = {name: (project / name).read_text() for name in files(project)}
     texts = {name: GITHUB_EXPRESSION.sub("", text) if name.endswith(".yml") else text for name, text in texts.items()}
     offenders = {name: match.group(0) for name, text in texts.items() if (match := LEFTOVER.search(text))}

@@ -89,14 +89,17 @@ def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
 {%- if cookiecutter.emulator == 'no' %}
 
 
-@pytest.fixture(autouse=True)
-def _skip_without_device(request) -> None:  # type: ignore[no-untyped-def]
-    """Skip what needs a {{ cookiecutter.device_name }} device on hosts that have none (no emulator rendered)."""
-    if not DEVICE_PRESENT and request.node.get_closest_marker("without_device") is None:
-        pytest.skip(
-            "no {{ cookiecutter.device_name }} device here: install {{ cookiecutter.torch_extension_module or 'torch with ' ~ cookiecutter.device_name ~ ' support' }} "
-            "on a host with the device (or render with emulator=yes to test on CPU)"
-        )
+def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
+    """Without a device (no emulator rendered), skip what needs one before any fixture starts."""
+    if DEVICE_PRESENT:
+        return
+    skip = pytest.mark.skip(
+        reason="no {{ cookiecutter.device_name }} device here: install {{ cookiecutter.torch_extension_module or 'torch with ' ~ cookiecutter.device_name ~ ' support' }} "
+        "on a host with the device (or render with emulator=yes to test on CPU)"
+    )
+    for item in items:
+        if item.get_closest_marker("without_device") is None:
+            item.add_marker(skip)
 {%- endif %}
 
 
