@@ -1,4 +1,13 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
+{% if cookiecutter.ownership == 'in_tree' -%}
+"""Every LMCache name this backend uses, in one place.
+
+Why it exists: the backend's other modules import LMCache names from here, so an
+interface change inside LMCache is one edit in one file. The names resolve on
+first use, by feature detection (the same module serves the backend's external
+wheel on lmcache {{ cookiecutter._lmcache_tested | join(", ") }}, so it still knows where older releases
+keep them):
+{%- else -%}
 """Everything this plugin knows about particular LMCache releases, in one place.
 
 Why it exists: LMCache's plugin interface still moves between releases (module
@@ -9,6 +18,7 @@ re-running the tests, nowhere else.
 Supported: ``{{ cookiecutter._lmcache_requirement }}`` (tested: lmcache {{ cookiecutter._lmcache_tested | join(", ") }}; the
 ``pyproject.toml`` requirement is the same range). Differences are chosen by
 feature detection, never by comparing version numbers:
+{%- endif %}
 
 * where names live (``_LAZY_NAMES`` lists each location, newest first);
 * the spelling of the LMCache-driven capability (``PortableDeviceSpec``);
@@ -18,10 +28,9 @@ feature detection, never by comparing version numbers:
   the end of this file runs only there).
 
 {%- if cookiecutter.ownership == 'in_tree' %}
-In LMCache's tree this module still holds every LMCache name the backend uses,
-so the backend's other modules read the same as an external plugin's; the
-release check and the wire registration an external wheel needs are not
-rendered (the IPC wire type is part of ``ipc_wire.py``).
+
+In LMCache's tree the release check and the wire registration an external wheel
+needs are not rendered: the IPC wire type is part of ``ipc_wire.py``.
 {%- endif %}
 
 Must not import, at top level, anything from LMCache except ``DeviceSpec``
@@ -98,8 +107,10 @@ __all__ = [
     "MPTransferMode",
     "PageBufferShapeDesc",
     "PortableDeviceSpec",
+{%- if cookiecutter.ownership == 'wheel' %}
     "SUPPORTED_LMCACHE",
     "TESTED_LMCACHE_VERSIONS",
+{%- endif %}
     "TransferDirection",
     "auto_transfer_mode",
     "init_logger",
@@ -107,11 +118,13 @@ __all__ = [
     "register_kv_caches",
     "torch_ops",
 ]
+{%- if cookiecutter.ownership == 'wheel' %}
 
 #: The requirement ``pyproject.toml`` declares; keep the two identical.
 SUPPORTED_LMCACHE = "{{ cookiecutter._lmcache_requirement }}"
 #: Releases the conformance suite has passed on (oldest first).
 TESTED_LMCACHE_VERSIONS = ({% for v in cookiecutter._lmcache_tested %}{{ v | tojson }}{{ ", " if not loop.last else ("," if loop.length == 1 else "") }}{% endfor %})
+{%- endif %}
 
 # ---- feature detection (no version numbers) --------------------------------
 #: 0.5.6+: IPC wrappers travel as msgspec descriptors from a closed allowlist
@@ -187,7 +200,11 @@ def _resolve(candidates: tuple[tuple[str, str | None], ...], needs: str = "") ->
     tried = ", ".join(f"{m}:{a}" if a else m for m, a in candidates)
     raise ImportError(
         f"None of {tried} exists in lmcache {installed_lmcache_version()}; "
+{%- if cookiecutter.ownership == 'wheel' %}
         "port _lmcache_compat.py to this release (see README.md, 'Supporting a new LMCache release')."
+{%- else %}
+        "update _lmcache_compat.py to where LMCache now keeps it."
+{%- endif %}
     )
 
 
