@@ -135,6 +135,13 @@ def combination_problems(answers: dict) -> list[str]:
             "LMCache's own csrc/ and setup.py build (lmcache.lmcache_native), which this template cannot edit. "
             "Set native_ops='no' for the in-tree contribution (it uses the torch baseline), or ownership='wheel'"
         )
+    backend = str(answers["backend_name"])
+    if answers["ownership"] == "in_tree" and answers["lmcache_driven"] != "no" and backend in answers["_lmcache_wire_tags"]:
+        found.append(
+            f"ownership='in_tree' with lmcache_driven tags the IPC wire type with backend_name={backend!r}, which "
+            f"LMCache's ipc_wire.py already uses ({', '.join(answers['_lmcache_wire_tags'])}); the codec would refuse "
+            f"the duplicate. Choose another backend_name, for example backend_name={'acme_' + backend!r}"
+        )
     if answers["ownership"] == "in_tree" and answers["license"] != "Apache-2.0":
         found.append(
             f"ownership='in_tree' contributes the backend to LMCache, which is Apache-2.0 licensed; "

@@ -33,6 +33,7 @@ REFUSED = [
     (["torch_extension_module="], "emulator='yes' with an empty torch_extension_module", "torch_extension_module='torch_foo'"),
     (["ownership=in_tree", "native_ops=yes"], "ownership='in_tree' with native_ops='yes'", "Set native_ops='no'"),
     (["ownership=in_tree", "license=MIT"], "LMCache, which is Apache-2.0 licensed", "Set license='Apache-2.0'"),
+    (["ownership=in_tree", "lmcache_driven=default", "device_name=cpu_shm"], "which LMCache's ipc_wire.py already uses", "backend_name='acme_cpu_shm'"),
 ]
 
 
