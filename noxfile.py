@@ -267,14 +267,18 @@ def prove_variant(session: nox.Session, work: Path, answers: dict[str, str], *, 
     return project
 
 
-def run_suite_counted(session: nox.Session, tests_dir: Path, junit: Path, env: dict[str, str | None], *, device_present: bool) -> None:
+def run_suite_counted(
+    session: nox.Session, tests: Path | list[Path], junit: Path, env: dict[str, str | None], *, device_present: bool,
+    pytest: str = "pytest",
+) -> None:  # fmt: skip
     """Run a rendered suite; without a device, also require that the device-free tests ran and the rest skipped."""
-    session.run("pytest", "-p", "no:cacheprovider", "-ra", "-v", f"--junitxml={junit}", str(tests_dir), env=env)
+    paths = [str(path) for path in (tests if isinstance(tests, list) else [tests])]
+    session.run(pytest, "-p", "no:cacheprovider", "-ra", "-v", f"--junitxml={junit}", *paths, env=env, external=pytest != "pytest")
     cases = ElementTree.parse(junit).getroot().iter("testcase")
     outcome = {"passed": 0, "skipped": 0}
     for case in cases:
         outcome["skipped" if case.find("skipped") is not None else "passed"] += 1
-    session.log(f"{tests_dir}: {outcome['passed']} passed, {outcome['skipped']} skipped")
+    session.log(f"{', '.join(paths)}: {outcome['passed']} passed, {outcome['skipped']} skipped")
     if not device_present and (outcome["passed"] == 0 or outcome["skipped"] == 0):
         session.error(f"without a device the suite must run its device-free tests and skip the rest: {outcome}")
 
@@ -341,21 +345,36 @@ def matrix_params() -> list[nox.param]:
     return params
 
 
-#: One tools environment shared by every matrix session (a venv each would cost more than the checks).
-MATRIX_TOOLS = ["cookiecutter>=2.6", "ruff", "mypy", "build", "setuptools>=77", "wheel", "packaging"]
+#: One environment shared by every matrix session (a venv each would cost more than the checks):
+#: the template tools, CPU torch (native builds) and the newest lmcache (the unit suites).
+MATRIX_TOOLS = ["cookiecutter>=2.6", "ruff", "mypy", "build", "setuptools>=77", "wheel", "packaging", "pytest>=8", "ninja"]
+#: The rendered suite's files that need no server: what the matrix runs for combinations outside the heavy subset.
+UNIT_SUITE = ("test_discovery.py", "test_ops_parity.py", "test_lmcache_driven.py", "test_native_ops.py")
+
+
+def combination(answers: dict[str, str]) -> tuple[str, str, str, str]:
+    """(ownership, lmcache_driven, native_ops, emulator) of a variant, with the template's defaults."""
+    return (answers.get("ownership", "wheel"), answers.get("lmcache_driven", "no"), answers.get("native_ops", "no"),
+            answers.get("emulator", "yes"))  # fmt: skip
+
+
+#: The heavy subset: combinations whose whole suite, end to end, runs in generate_and_test or in_tree.
+HEAVY = {combination(answers): f"generate_and_test -- {name}" for name, answers in VARIANTS.items()} | {
+    combination(answers): f"in_tree -- {name}" for name, answers in IN_TREE_VARIANTS.items()
+}
 
 
 def matrix_tools(session: nox.Session) -> Path:
-    """Create (once) the shared tools venv: the template tools plus CPU torch for native builds."""
+    """Create (once) the shared matrix venv; return its bin directory."""
     venv = ROOT / ".nox" / "_matrix_tools"
     stamp = venv / "installed.json"
-    wanted = json.dumps([TORCH, *MATRIX_TOOLS, sys.version])
+    wanted = json.dumps([TORCH, NEWEST, *MATRIX_TOOLS, sys.version])
     if not stamp.exists() or stamp.read_text() != wanted:
         shutil.rmtree(venv, ignore_errors=True)
         session.run(sys.executable, "-m", "venv", str(venv), external=True)
         pip = str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"
         session.run(*pip, TORCH, external=True)
-        session.run(*pip, *MATRIX_TOOLS, external=True)
+        session.run(*pip, f"lmcache=={NEWEST}", *MATRIX_TOOLS, external=True)
         # lmcache's own ipc_wire.py, to prove each wire patch applies (no install: only the file is needed).
         session.run(str(venv / "bin" / "python"), "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
                     "-d", str(venv / "lmcache-wheel"), f"lmcache=={NEWEST}", external=True)  # fmt: skip
@@ -366,13 +385,13 @@ def matrix_tools(session: nox.Session) -> Path:
 @nox.session(venv_backend="none")
 @nox.parametrize(("ownership", "lmcache_driven", "native_ops", "emulator"), matrix_params())
 def matrix(session: nox.Session, ownership: str, lmcache_driven: str, native_ops: str, emulator: str) -> None:
-    """Cheap checks on one option combination: render, syntax, compile, ruff, mypy, wheel or wire patch.
+    """One option combination: render, syntax, compile, ruff, mypy, wheel or wire patch, and its tests.
 
     Every rendered file must be free of template syntax, Python must compile, TOML and JSON must
     parse; wheels are built and inspected, in-tree wire patches must apply to lmcache's sources.
-
-    The end-to-end suites run on a representative subset: generate_and_test (wheel variants, emulator on
-    and off) and in_tree (in-tree variants) together prove every value of every option.
+    The heavy subset (HEAVY: the generate_and_test and in_tree variants) runs its whole suite, end
+    to end, in those sessions; every other combination is installed into the shared environment
+    (wheel, or in-tree overlay with its patch) and runs its server-free suite files here.
     """
     tools = matrix_tools(session)
     answers = {"device_name": "foo", "ownership": ownership, "lmcache_driven": lmcache_driven,
@@ -416,6 +435,40 @@ def matrix(session: nox.Session, ownership: str, lmcache_driven: str, native_ops
             session.run(str(tools / "mypy"), "--ignore-missing-imports", "--explicit-package-bases", "--follow-imports=silent",
                         "--cache-dir", str(tools.parent / "mypy-cache-in-tree"), "lmcache/v1/platform/devices/foo",
                         external=True)  # fmt: skip
+    heavy = HEAVY.get(combination(answers))
+    if heavy:
+        session.log(f"suite: runs whole, end to end, in nox -s {heavy}")
+        return
+    # Outside the heavy subset: install this combination into the shared venv and run its server-free suite.
+    site = matrix_install(session, tools, project, answers, work)
+    tests_dir = project / ("tests" if ownership == "wheel" else "tests/v1/platform/devices/foo")
+    run_dir = work / "run"
+    run_dir.mkdir(exist_ok=True)
+    env = {"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1" if emulator == "yes" else None, "PATH": f"{tools}:{os.environ['PATH']}"}
+    with session.chdir(run_dir):
+        run_suite_counted(session, [tests_dir / name for name in UNIT_SUITE], work / "junit.xml", env,
+                          device_present=emulator == "yes", pytest=str(tools / "pytest"))  # fmt: skip
+    session.log(f"suite: server-free files {', '.join(UNIT_SUITE)} against lmcache {NEWEST} in {site}")
+
+
+def matrix_install(session: nox.Session, tools: Path, project: Path, answers: dict[str, str], work: Path) -> Path:
+    """Reset the shared venv's lmcache to as released, then install one combination (wheel, or in-tree overlay)."""
+    python = str(tools / "python")
+    site = Path(session.run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True,
+                            external=True).strip().splitlines()[-1])  # fmt: skip
+    session.run(python, "-m", "pip", "uninstall", "--quiet", "--yes", "lmcache-foo-device", external=True)
+    shutil.rmtree(site / "lmcache/v1/platform/devices/foo", ignore_errors=True)
+    (wheel,) = (tools.parent / "lmcache-wheel").glob("lmcache-*.whl")
+    with zipfile.ZipFile(wheel) as archive:  # undo any earlier combination's wire patch
+        archive.extract("lmcache/v1/platform/base/ipc_wire.py", site)
+    if answers["ownership"] == "wheel":
+        (built,) = (work / "dist").glob("*.whl")
+        session.run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", str(built), external=True)
+    else:
+        shutil.copytree(project / "lmcache/v1/platform/devices/foo", site / "lmcache/v1/platform/devices/foo")
+        for patch in sorted((project / "patches").glob("*.patch")) if (project / "patches").is_dir() else []:
+            session.run("patch", "-p1", "--forward", "--quiet", "-d", str(site), "-i", str(patch), external=True)
+    return site
 
 
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
