@@ -283,6 +283,21 @@ def run_suite_counted(
         session.error(f"without a device the suite must run its device-free tests and skip the rest: {outcome}")
 
 
+def wire_patches(project: Path) -> list[Path]:
+    """The rendered in-tree contribution's patches to LMCache's own files (none when engine-driven)."""
+    return sorted((project / "patches").glob("*.patch")) if (project / "patches").is_dir() else []
+
+
+def overlay_in_tree(session: nox.Session, project: Path, root: Path, backend: str) -> None:
+    """Apply a rendered in-tree contribution to the LMCache tree under ``root``: its package, then its patches."""
+    target = root / "lmcache" / "v1" / "platform" / "devices" / backend
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(project / "lmcache" / "v1" / "platform" / "devices" / backend, target)
+    for patch in wire_patches(project):
+        session.run("patch", "-p1", "--forward", "--dry-run", "-d", str(root), "-i", str(patch), external=True)
+        session.run("patch", "-p1", "--forward", "--quiet", "-d", str(root), "-i", str(patch), external=True)
+
+
 @nox.session(reuse_venv=True)
 def in_tree(session: nox.Session) -> None:
     """Overlay each in-tree rendering onto the newest installed lmcache, apply its wire patch, run its suite.
@@ -303,12 +318,7 @@ def in_tree(session: nox.Session) -> None:
         session.install("--force-reinstall", "--no-deps", f"lmcache=={NEWEST}")
         site = Path(session.run("python", "-c", "import lmcache, os; print(os.path.dirname(os.path.dirname(lmcache.__file__)))",
                                 silent=True, env={"LMCACHE_DEVICE_BACKEND": None}).strip().splitlines()[-1])  # fmt: skip
-        target = site / "lmcache" / "v1" / "platform" / "devices" / backend
-        shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(project / "lmcache" / "v1" / "platform" / "devices" / backend, target)
-        for patch in sorted((project / "patches").glob("*.patch")) if (project / "patches").is_dir() else []:
-            session.run("patch", "-p1", "--forward", "--dry-run", "-d", str(site), "-i", str(patch), external=True)
-            session.run("patch", "-p1", "--forward", "-d", str(site), "-i", str(patch), external=True)
+        overlay_in_tree(session, project, site, backend)
         run_dir = work / name / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
         env = {"OMP_NUM_THREADS": "1", "LMCACHE_FOO_EMULATOR": "1"}
@@ -418,7 +428,7 @@ def matrix(session: nox.Session, ownership: str, lmcache_driven: str, native_ops
     else:
         session.run(str(tools / "ruff"), "check", "--no-cache", "--isolated", "--no-respect-gitignore", *IN_TREE_RUFF, str(project),
                     external=True)  # fmt: skip
-        patches = sorted((project / "patches").glob("*.patch")) if (project / "patches").is_dir() else []
+        patches = wire_patches(project)
         if (lmcache_driven != "no") != bool(patches):
             session.error(f"expected {'a' if lmcache_driven != 'no' else 'no'} wire patch, found {patches}")
         # An LMCache source tree (the released wheel's Python files) with the contribution applied, as a reviewer sees it.
@@ -427,10 +437,7 @@ def matrix(session: nox.Session, ownership: str, lmcache_driven: str, native_ops
         (wheel,) = (tools.parent / "lmcache-wheel").glob("lmcache-*.whl")
         with zipfile.ZipFile(wheel) as archive:
             archive.extractall(checkout, [n for n in archive.namelist() if n.startswith("lmcache/") and n.endswith((".py", ".pyi"))])
-        shutil.copytree(project / "lmcache/v1/platform/devices/foo", checkout / "lmcache/v1/platform/devices/foo")
-        for patch in patches:
-            session.run("patch", "-p1", "--forward", "--dry-run", "-d", str(checkout), "-i", str(patch), external=True)
-            session.run("patch", "-p1", "--forward", "--quiet", "-d", str(checkout), "-i", str(patch), external=True)
+        overlay_in_tree(session, project, checkout, "foo")
         with session.chdir(checkout):  # errors in LMCache's own modules are not ours to report
             session.run(str(tools / "mypy"), "--ignore-missing-imports", "--explicit-package-bases", "--follow-imports=silent",
                         "--cache-dir", str(tools.parent / "mypy-cache-in-tree"), "lmcache/v1/platform/devices/foo",
@@ -457,7 +464,7 @@ def matrix_install(session: nox.Session, tools: Path, project: Path, answers: di
     site = Path(session.run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True,
                             external=True).strip().splitlines()[-1])  # fmt: skip
     session.run(python, "-m", "pip", "uninstall", "--quiet", "--yes", "lmcache-foo-device", external=True)
-    shutil.rmtree(site / "lmcache/v1/platform/devices/foo", ignore_errors=True)
+    shutil.rmtree(site / "lmcache/v1/platform/devices/foo", ignore_errors=True)  # an earlier in-tree combination
     (wheel,) = (tools.parent / "lmcache-wheel").glob("lmcache-*.whl")
     with zipfile.ZipFile(wheel) as archive:  # undo any earlier combination's wire patch
         archive.extract("lmcache/v1/platform/base/ipc_wire.py", site)
@@ -465,9 +472,7 @@ def matrix_install(session: nox.Session, tools: Path, project: Path, answers: di
         (built,) = (work / "dist").glob("*.whl")
         session.run(python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", str(built), external=True)
     else:
-        shutil.copytree(project / "lmcache/v1/platform/devices/foo", site / "lmcache/v1/platform/devices/foo")
-        for patch in sorted((project / "patches").glob("*.patch")) if (project / "patches").is_dir() else []:
-            session.run("patch", "-p1", "--forward", "--quiet", "-d", str(site), "-i", str(patch), external=True)
+        overlay_in_tree(session, project, site, "foo")
     return site
 
 
