@@ -175,6 +175,8 @@ _LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
         ("lmcache.v1.platform.torch_ops.mp_mem_kernels", "_infer_kv_dtype"),  # 0.5.6
         ("lmcache.v1.platform.torch_ops", "_infer_kv_dtype"),  # 0.5.4, 0.5.5
     ),
+    # Private baseline helper, asked for on 0.5.4/0.5.5 only (paged_layers_for_baseline).
+    "per_layer_paged_shape": (("lmcache.v1.platform.torch_ops", "_per_layer_paged_shape"),),
 {%- endif %}
 }
 
@@ -294,7 +296,7 @@ def paged_layers_for_baseline(
             f"without one tensor per layer needs lmcache 0.5.6 or later (installed: "
             f"{installed_lmcache_version()}); upgrade LMCache or use engine_driven mode."
         )
-    shape = _resolve((("lmcache.v1.platform.torch_ops", "_per_layer_paged_shape"),))(engine_kv_format, nb, bs, nh, hs)
+    shape = _lazy("per_layer_paged_shape")(engine_kv_format, nb, bs, nh, hs)
     dtype = _lazy("infer_kv_dtype")(None, None, shape_desc)
     return [tensor_from_ptr(int(ptr), shape, dtype, device) for ptr in paged_buffer_ptrs.tolist()]
 
