@@ -37,6 +37,8 @@ EXPECTED_FILES = {
     "src/lmcache_foo/py.typed",
     "src/lmcache_foo/emulator/__init__.py",
     "src/lmcache_foo/emulator/csrc/host_device.cpp",
+    "tests/_engine.py",
+    "tests/_servers.py",
     "tests/_support.py",
     "tests/conftest.py",
     "tests/e2e_worker.py",

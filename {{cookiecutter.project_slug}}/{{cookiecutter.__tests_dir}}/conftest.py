@@ -83,14 +83,28 @@ import pytest  # noqa: E402
 
 def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
     config.addinivalue_line("markers", "without_device: runs on hosts without a {{ cookiecutter.device_name }} device")
+    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs a group's tests on one worker")
+    config.addinivalue_line("markers", "own_server: starts (and breaks) a server of its own; scheduled first")
 {%- if cookiecutter.ownership == 'in_tree' %}
     config.addinivalue_line("markers", "e2e: drives a real `lmcache server` on 127.0.0.1")
 {%- endif %}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
+    """Tests on one shared server run on one xdist worker (``--dist loadgroup``), so it starts once;
+    tests with a server of their own, the longest, are handed out first.
 {%- if cookiecutter.emulator == 'no' %}
 
-
-def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
-    """Without a device (no emulator rendered), skip what needs one before any fixture starts."""
+    Without a device (no emulator rendered), skip what needs one before any fixture starts.
+{%- endif %}
+    """
+    for item in items:
+        kind = getattr(item, "callspec", None) and item.callspec.params.get("server")
+        if kind:
+            item.add_marker(pytest.mark.xdist_group(kind))
+    items.sort(key=lambda item: item.get_closest_marker("own_server") is None)
+{%- if cookiecutter.emulator == 'no' %}
     if DEVICE_PRESENT:
         return
     skip = pytest.mark.skip(
@@ -121,10 +135,49 @@ def lmcache_driven(spec):  # type: ignore[no-untyped-def]
     return spec
 
 
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The servers this run shares, one per kind, started on first use (see _servers.py)."""
+    from _servers import SharedServers
+
+    pool = SharedServers(tmp_path_factory.mktemp("servers"))
+    yield pool
+    pool.stop_all()
+
+
+@pytest.fixture(scope="session")
+def server(request, servers, spec):  # type: ignore[no-untyped-def]
+    """The shared server of the kind a test names: ``@pytest.mark.parametrize("server", [kind], indirect=True)``."""
+    from _servers import SERVER_KINDS
+
+    kind = request.param
+    if SERVER_KINDS[kind].get("plugin") and not spec.is_lmcache_driven_available():
+        pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
+    return servers.get(kind)
+
+
+@pytest.fixture
+def record_transfer_times(record_property):  # type: ignore[no-untyped-def]
+    """Record the E2E workers' store/retrieve times (conftest prints them after the run)."""
+
+    def record(label: str, results: list[dict], world_size: int) -> None:
+        for result in results:
+            record_property("transfer_ms", [label, result["phase"], result["rank"], result["elapsed_ms"], world_size])
+
+    return record
+
+
+#: (path, phase, rank, ms, world size) per E2E transfer, from every test report (xdist workers' too).
+TRANSFER_TIMES: list[tuple[str, str, int, float, int]] = []
+
+
+def pytest_runtest_logreport(report) -> None:  # type: ignore[no-untyped-def]
+    if report.when == "call":
+        TRANSFER_TIMES.extend(tuple(value) for name, value in report.user_properties if name == "transfer_ms")
+
+
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
     """Print the store/retrieve times the E2E workers measured, side by side (one run, one machine)."""
-    from _support import TRANSFER_TIMES
-
     if not TRANSFER_TIMES:
         return
     terminalreporter.section("E2E transfer times (worker-side submit to result, ms)")

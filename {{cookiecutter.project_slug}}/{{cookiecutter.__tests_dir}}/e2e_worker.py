@@ -12,8 +12,9 @@ Protocol (one JSON line per step on stdout; logs go to stderr):
                register a second, all-zero KV cache                  -> {"phase": "ready"}
   stdin line   ``retrieve <request_id> [first token]`` (after the scheduler's lookup with that id):
                retrieve into disjoint zeroed blocks, compare bytes   -> {"phase": "retrieve", ...}
-  stdin line   ``store <first token>``: store another prompt, with KV bytes seeded by it
-               (so a retrieve that returned another prompt's chunks shows) -> {"phase": "store", ...}
+  stdin line   ``store <first token> [tokens]``: store another prompt (``--tokens`` long unless
+               given), with KV bytes seeded by it (so a retrieve that returned another
+               prompt's chunks shows)                                  -> {"phase": "store", ...}
   stdin EOF    unregister both caches and exit.
 """
 
@@ -24,6 +25,7 @@ import faulthandler
 import json
 import signal
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -133,12 +135,13 @@ def main() -> int:
     source = make_adapter(args, source_kv_device)
     from {{ cookiecutter.__package }}._lmcache_compat import recorded_event  # after lmcache
 
-    def store(first_token: int) -> None:
+    def store(first_token: int, tokens: int = args.tokens) -> None:
         if first_token != args.first_token:  # the registered tensors stay; their bytes change
             for name, values in kv_for(first_token).items():
                 source_kv_device[name].copy_(values)
-        prompt = token_ids(args.tokens, first_token)
-        op = LoadStoreOp(token_ids=prompt, block_ids=[source_blocks], start=0, end=args.tokens)
+        prompt = token_ids(tokens, first_token)
+        blocks = source_blocks[: -(-tokens // BLOCK_SIZE)]
+        op = LoadStoreOp(token_ids=prompt, block_ids=[blocks], start=0, end=tokens)
         # A fresh request id per store: the server caches a request's chunk hashes by
         # id, so reusing one for another prompt "stores" nothing and still says True.
         store_id = f"store-{uuid.uuid4().hex}"
@@ -209,14 +212,17 @@ def main() -> int:
     report(phase="ready", rank=args.rank)
     for line in sys.stdin:
         command, *operands = line.split()
-        if command == "store":  # store <first token>: another prompt, same KV bytes
-            store(int(operands[0]))
+        if command == "store":  # store <first token> [tokens]: another prompt
+            store(*(int(operand) for operand in operands))
         elif command == "retrieve":  # retrieve <request id> [first token]
             retrieve(operands[0], int(operands[1]) if len(operands) > 1 else args.first_token)
         else:
             break
-    destination.shutdown()
+    # Both instances unregister at once: each waits up to a heartbeat interval for its thread to stop.
+    closing = threading.Thread(target=destination.shutdown)
+    closing.start()
     source.shutdown()
+    closing.join()
     return 0
 
 

@@ -2,13 +2,15 @@
 """LMCache finds, validates and selects the {{ 'in-tree backend' if cookiecutter.ownership == 'in_tree' else 'installed plugin' }} (guide: "Debugging checklist").
 
 LMCache builds its registry once per process, inside ``import lmcache``, so
-every case runs in a fresh interpreter with its own environment.
+every case runs in a fresh interpreter with its own environment; cases that
+need the same environment read one probe of it.
 """
 
 from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Mapping
 from importlib import metadata
 
 import pytest
@@ -25,9 +27,14 @@ PROBE = textwrap.dedent(
     import json, sys
     import lmcache
     from lmcache.v1.platform import _DEVICE_REGISTRY, resolve_device_ops
-    after_import = sorted(m for m in sys.modules if m.split(".")[0] == __PACKAGE__)
+    from lmcache.v1.platform._device_detect import DEVICE_PLUGIN_ENTRY_POINT_GROUP
+    after_import = sorted(m for m in sys.modules if m == __PACKAGE__ or m.startswith(__PACKAGE__ + "."))
     ops = resolve_device_ops(__DEVICE__)
     name = lambda obj: type(obj).__module__ + "." + type(obj).__name__
+{%- if cookiecutter.ownership == 'wheel' %}
+    compat = sys.modules[__PACKAGE__ + "._lmcache_compat"]  # loaded with the spec
+    release_range = [compat.SUPPORTED_LMCACHE, compat.TESTED_LMCACHE_VERSIONS, compat.installed_lmcache_version()]
+{%- endif %}
     print(json.dumps(dict(
         registered=sorted(_DEVICE_REGISTRY),
         torch_device_type=lmcache.torch_device_type,
@@ -35,17 +42,32 @@ PROBE = textwrap.dedent(
         resolved_ops=name(ops),
         ops_is_process_singleton=ops is getattr(lmcache, "device_ops", None),
         plugin_modules_after_import=after_import,
+        entry_point_group=DEVICE_PLUGIN_ENTRY_POINT_GROUP,
+{%- if cookiecutter.ownership == 'wheel' %}
+        release_range=release_range,
+{%- endif %}
     )))
     """
 ).replace("__DEVICE__", repr(DEVICE)).replace("__PACKAGE__", repr(PACKAGE))
 
 OUR_OPS = f"{PACKAGE}.device_ops.{{ cookiecutter.class_prefix }}DeviceOps"
+#: One xdist worker runs this module, so cases that share an environment share its probe.
+pytestmark = pytest.mark.xdist_group("discovery")
 
 
-def probe(env: dict[str, str | None]) -> tuple[dict, str]:
-    done = run_python(PROBE, env)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+#: Nothing selected and no device: what plain ``import lmcache`` sees on a host without one.
+PLAIN = {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None}
+_probes: dict[frozenset, tuple[dict, str]] = {}
+
+
+def probe(env: Mapping[str, str | None]) -> tuple[dict, str]:
+    """PROBE's findings and LMCache's log in a fresh interpreter with ``env`` (one interpreter per env)."""
+    key = frozenset(env.items())
+    if key not in _probes:
+        done = run_python(PROBE, env)
+        assert done.returncode == 0, done.stderr[-4000:]
+        _probes[key] = json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+    return _probes[key]
 
 
 {% if cookiecutter.ownership == 'in_tree' -%}
@@ -55,7 +77,7 @@ def test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an
     done = run_python(
         "import json, lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY as r; "
         f"s = r.get({BACKEND!r}); print(json.dumps(s and [type(s).__module__, type(s).__name__]))",
-        {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None},
+        PLAIN,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
@@ -74,12 +96,8 @@ def test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec
 @pytest.mark.without_device
 def test_entry_point_group_is_the_one_lmcache_scans() -> None:
     """The group name baked into pyproject.toml equals LMCache's own constant."""
-    done = run_python(
-        "from lmcache.v1.platform._device_detect import DEVICE_PLUGIN_ENTRY_POINT_GROUP as g; print(g)",
-        {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "{{ cookiecutter._entry_point_group }}"
+    result, _ = probe(PLAIN)
+    assert result["entry_point_group"] == "{{ cookiecutter._entry_point_group }}"
 {%- endif %}
 
 
@@ -122,7 +140,7 @@ def test_backend_reports_unavailable_when_its_torch_module_is_missing() -> None:
 @pytest.mark.without_device
 def test_registry_build_imports_only_the_spec_module() -> None:
     """Plain ``import lmcache`` loads the spec module and the compat module, nothing heavier."""
-    result, log = probe({"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None, EMULATOR: "0"})
+    result, log = probe(PLAIN)
     assert BACKEND in result["registered"], log[-3000:]
     assert "Failed to load LMCache device plugin" not in log
     assert {f"{PACKAGE}.device_ops", f"{PACKAGE}.emulator"}.isdisjoint(result["plugin_modules_after_import"])
@@ -137,7 +155,7 @@ def test_importing_the_package_first_does_not_start_lmcache_discovery() -> None:
     done = run_python(
         f"import sys, {PACKAGE}; assert 'lmcache' not in sys.modules and 'torch' not in sys.modules; "
         f"import lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY; print({BACKEND!r} in _DEVICE_REGISTRY)",
-        {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None},
+        PLAIN,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "True"
@@ -156,7 +174,7 @@ def test_plugin_refuses_to_load_on_an_untested_lmcache_release() -> None:
         print({backend!r} in _DEVICE_REGISTRY)
         """
     ).format(backend=BACKEND)
-    done = run_python(code, {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None})
+    done = run_python(code, PLAIN)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "False"
     assert f"Failed to load LMCache device plugin {BACKEND!r}" in done.stderr
@@ -169,13 +187,7 @@ def test_declared_lmcache_range_is_exactly_the_tested_releases() -> None:
     from packaging.requirements import Requirement
     from packaging.version import Version
 
-    compat = run_python(
-        "import lmcache, json; from {{ cookiecutter.__package }} import _lmcache_compat as c; "
-        "print(json.dumps([c.SUPPORTED_LMCACHE, c.TESTED_LMCACHE_VERSIONS, c.installed_lmcache_version()]))",
-        {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None},
-    )
-    assert compat.returncode == 0, compat.stderr[-3000:]
-    supported, tested, installed = json.loads(compat.stdout.splitlines()[-1])
+    supported, tested, installed = probe(PLAIN)[0]["release_range"]
     declared = [Requirement(r) for r in metadata.requires("{{ cookiecutter.project_slug }}") or []]
     (lmcache_req,) = [r for r in declared if r.name == "lmcache"]
     assert lmcache_req.specifier == Requirement(supported).specifier

@@ -9,91 +9,80 @@ and compares bytes, on both engine-driven sub-paths:
 
 * pickle: the server has no ``--shm-name``; KV bytes travel in the messages;
 * SHM: ``--shm-name``; workers copy into the server's shared-memory pool.
+
+The servers are shared with the rest of the suite, and each (sub-path, TP size)
+keeps one model's worker ranks alive across this module's tests.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
-from _support import LMCacheServer, Scheduler, check_round_trip, running_server, workers
-from e2e_worker import BLOCK_SIZE, token_ids
+from _engine import Cluster
+from _servers import CHUNK, LMCacheServer
+from e2e_worker import token_ids
 
 pytestmark = pytest.mark.e2e
 
-CHUNK = 64
 TOKENS = 4 * CHUNK
 DEVICE = "{{ cookiecutter.device_name }}"
-#: What LMCache's worker logs for each sub-path ("Worker engine-driven context registered (..., mode=...)").
-EXPECTED_MODE = {"pickle": "mode=pickle)", "shm": "mode=SHM)"}
+#: The shared server of each sub-path, and what LMCache's worker logs for it
+#: ("Worker engine-driven context registered (..., mode=...)").
+SUB_PATHS = {"engine-pickle": "mode=pickle)", "engine-shm": "mode=SHM)"}
 _ids = itertools.count()
 
 
-@pytest.fixture(scope="module", params=["pickle", "shm"])
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LMCacheServer]:
-    """One real server per sub-path, on free loopback ports, stopped by PID."""
-    log = tmp_path_factory.mktemp(f"server-{request.param}") / "server.log"
-    shm_name = f"e2e_{DEVICE}_{os.getpid()}_{log.parent.name}" if request.param == "shm" else None
-    with running_server(log, transfer_mode="engine_driven", shm_name=shm_name, chunk_size=CHUNK) as srv:
-        srv.sub_path = request.param  # type: ignore[attr-defined]
-        yield srv
+@pytest.fixture(scope="module")
+def cluster(server: LMCacheServer, world_size: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """``world_size`` engine-driven ranks of one model on the shared server, for this module's tests."""
+    log_dir = tmp_path_factory.mktemp(f"ranks-{server.transfer_mode}-tp{world_size}")
+    model = f"e2e-{'shm' if server.shm_name else 'pickle'}-tp{world_size}"
+    ranks = Cluster(server, log_dir, model=model, world_size=world_size, tokens=TOKENS)
+    yield ranks
+    assert ranks.close() == [0] * world_size, "every rank must unregister and exit cleanly"
 
 
-@pytest.mark.parametrize("world_size", [1, 2], ids=["tp1", "tp2"])
-def test_store_lookup_retrieve_round_trip_is_byte_exact(server: LMCacheServer, world_size: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("world_size", [1, 2], ids=["tp1", "tp2"], scope="module")
+@pytest.mark.parametrize("server", list(SUB_PATHS), indirect=True)
+def test_store_lookup_retrieve_round_trip_is_byte_exact(
+    server: LMCacheServer, cluster: Cluster, world_size: int, record_transfer_times: Callable[..., None]
+) -> None:
     """Stored KV comes back byte for byte into zeroed caches, on this sub-path, for every rank."""
-    n = next(_ids)
-    model = f"e2e-{server.sub_path}-tp{world_size}-{n}"  # type: ignore[attr-defined]
-    tokens = token_ids(TOKENS)
-    scheduler = Scheduler(server.url, model, world_size, BLOCK_SIZE)
-    try:
-        with workers(server.url, tmp_path, model=model, world_size=world_size, tokens=TOKENS) as ranks:
-            stored = [w.next_result() for w in ranks]
-            for result in stored:
-                assert result["phase"] == "store" and result["ok"], result["log"][-3000:]
-                assert result["kv_device_type"] == DEVICE
-                assert EXPECTED_MODE[server.sub_path] in result["log"], result["log"][-3000:]  # type: ignore[attr-defined]
-            assert [w.next_result()["phase"] for w in ranks] == ["ready"] * world_size
+    sub_path = "engine-shm" if server.shm_name else "engine-pickle"
+    for result in cluster.stored:
+        assert result["phase"] == "store" and result["ok"], result["log"][-3000:]
+        assert result["kv_device_type"] == DEVICE
+        assert SUB_PATHS[sub_path] in result["log"], result["log"][-3000:]
+    assert cluster.ready == ["ready"] * world_size
 
-            # A store that returns True may still have stored nothing: verify.
-            assert scheduler.lookup(f"load-{n}", tokens) == TOKENS
-            for w in ranks:
-                w.retrieve(f"load-{n}")
-            retrieved = [w.next_result() for w in ranks]
-            scheduler.end_session(f"load-{n}")
-            assert [w.close() for w in ranks] == [0] * world_size
-    finally:
-        scheduler.close()
-    check_round_trip(f"engine_driven/{server.sub_path}", stored, retrieved, world_size)  # type: ignore[attr-defined]
+    # A store that returns True may still have stored nothing: verify.
+    request_id = f"load-{next(_ids)}"
+    assert cluster.scheduler.lookup(request_id, token_ids(TOKENS)) == TOKENS
+    retrieved = cluster.retrieve(request_id)
+    cluster.scheduler.end_session(request_id)
+    assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)] * world_size
     assert {r["kv_device_type"] for r in retrieved} == {DEVICE}
-    l1 = server.l1_status()
-    assert l1["read_locked_count"] == 0, "each retrieve must consume its lookup's read lock"
+    record_transfer_times(f"engine_driven/{sub_path.removeprefix('engine-')}", cluster.stored + retrieved, world_size)
+    assert server.l1_status()["read_locked_count"] == 0, "each retrieve must consume its lookup's read lock"
 
 
-def test_lookup_misses_before_any_store(server: LMCacheServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("world_size", [1], ids=["tp1"], scope="module")
+@pytest.mark.parametrize("server", list(SUB_PATHS), indirect=True)
+def test_lookup_misses_before_any_store(cluster: Cluster) -> None:
     """A prompt nobody stored is reported as a miss (hits are real, not assumed)."""
-    n = next(_ids)
-    model = f"e2e-cold-{server.sub_path}-{n}"  # type: ignore[attr-defined]
-    scheduler = Scheduler(server.url, model, 1, BLOCK_SIZE)
-    try:
-        with workers(server.url, tmp_path, model=model, world_size=1, tokens=TOKENS) as ranks:
-            assert ranks[0].next_result()["ok"]
-            assert scheduler.lookup(f"other-{n}", [t + 1 for t in token_ids(TOKENS)]) == 0
-            scheduler.end_session(f"other-{n}")
-    finally:
-        scheduler.close()
+    assert cluster.stored[0]["ok"]
+    request_id = f"other-{next(_ids)}"
+    assert cluster.scheduler.lookup(request_id, [t + 1 for t in token_ids(TOKENS)]) == 0
+    cluster.scheduler.end_session(request_id)
 
 
-def test_retrieve_without_a_lookup_is_refused(server: LMCacheServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("world_size", [1], ids=["tp1"], scope="module")
+@pytest.mark.parametrize("server", list(SUB_PATHS), indirect=True)
+def test_retrieve_without_a_lookup_is_refused(cluster: Cluster) -> None:
     """A retrieve the scheduler never looked up fails instead of returning stale or zero bytes."""
-    n = next(_ids)
-    model = f"e2e-nolookup-{server.sub_path}-{n}"  # type: ignore[attr-defined]
-    with workers(server.url, tmp_path, model=model, world_size=1, tokens=TOKENS) as ranks:
-        assert ranks[0].next_result()["ok"]
-        assert ranks[0].next_result()["phase"] == "ready"
-        ranks[0].retrieve(f"never-looked-up-{n}")
-        result = ranks[0].next_result()
+    (rank,) = cluster.ranks
+    rank.retrieve(f"never-looked-up-{next(_ids)}")
+    result = rank.next_result()
     assert result["ok"] is False, result["log"][-3000:]

@@ -19,29 +19,25 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _support import (
-    RIVAL_SPEC,
-    LMCacheServer,
-    Scheduler,
-    Worker,
-    child_env,
-    fake_plugin,
-    run_python,
-    running_server,
-)
+from _engine import Scheduler, Worker
+from _servers import CHUNK, LMCacheServer, running_server
+from _support import RIVAL_SPEC, child_env, fake_plugin, run_python
 from e2e_worker import BLOCK_SIZE, token_ids
 
 BACKEND = "{{ cookiecutter.backend_name }}"
 DEVICE = "{{ cookiecutter.device_name }}"
 SPEC_PATH = "{{ cookiecutter.__spec_module }}:{{ cookiecutter.class_prefix }}DeviceSpec"
 DEADLINE_S = 30
-CHUNK = 64
 #: Short LMCache timeouts: every failure below must surface well inside DEADLINE_S.
 MQ_TIMEOUT = "5"
+#: Shorter still where the failure can only surface as a timeout (a frozen server, a store it drops).
+TIMED_OUT_MQ_TIMEOUT = "2"
 
 REGISTRY = textwrap.dedent(
     """
@@ -66,24 +62,35 @@ def registry(pythonpath: Path | None = None, **env: str | None) -> tuple[dict[st
     return backends, selected, done.stderr, seconds
 
 
-def test_a_broken_plugin_is_skipped_and_logged_while_lmcache_and_this_plugin_still_load(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def beside_faulty_plugins(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str, str, float]:
+    """``registry()`` with two faulty plugins installed beside this one (the registry state allows
+    both in one interpreter): one whose import raises, and one whose entry point points at this
+    spec under another name."""
+    root = fake_plugin(tmp_path_factory.mktemp("faulty-plugins"), "broken", "broken = broken_plugin:Spec",
+                       "broken_plugin", "raise ImportError('vendor runtime libfoo.so not found')")  # fmt: skip
+    info = root / "misnamed-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: misnamed\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text(f"[{{ cookiecutter._entry_point_group }}]\nmisnamed = {SPEC_PATH}\n")
+    return registry(root)
+
+
+def test_a_broken_plugin_is_skipped_and_logged_while_lmcache_and_this_plugin_still_load(
+    beside_faulty_plugins: tuple[dict[str, str], str, str, float],
+) -> None:
     """Another plugin whose import raises: LMCache starts, logs why it skipped it, and selects this backend."""
-    root = fake_plugin(tmp_path, "broken", "broken = broken_plugin:Spec", "broken_plugin",
-                       "raise ImportError('vendor runtime libfoo.so not found')")  # fmt: skip
-    backends, selected, log, seconds = registry(root)
+    backends, selected, log, seconds = beside_faulty_plugins
     assert "broken" not in backends and backends[BACKEND] == SPEC_PATH.replace(":", ".")
     assert selected == DEVICE and seconds < DEADLINE_S
     assert "Failed to load LMCache device plugin 'broken'" in log and "libfoo.so not found" in log
 
 
-def test_an_entry_point_named_differently_from_its_backend_is_refused_with_the_reason(tmp_path: Path) -> None:
+def test_an_entry_point_named_differently_from_its_backend_is_refused_with_the_reason(
+    beside_faulty_plugins: tuple[dict[str, str], str, str, float],
+) -> None:
     """An entry point ``other = <this spec>``: LMCache refuses that one, naming both names; ours still loads."""
-    root = tmp_path / "site"
-    info = root / "misnamed-0.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: misnamed\nVersion: 0.0\n")
-    (info / "entry_points.txt").write_text(f"[{{ cookiecutter._entry_point_group }}]\nmisnamed = {SPEC_PATH}\n")
-    backends, _, log, _ = registry(root)
+    backends, _, log, _ = beside_faulty_plugins
     assert "misnamed" not in backends and BACKEND in backends
     assert f"entry-point name must match DeviceSpec.backend_name ('misnamed' != {BACKEND!r})" in log
 
@@ -110,16 +117,16 @@ def test_an_unknown_lmcache_device_backend_fails_import_naming_the_registered_ba
 # ------------------------------------------------------------- server --
 
 
-def engine_server(tmp_path: Path, **kwargs: object) -> Any:
-    """A real engine-driven server (context manager) with this suite's chunk size."""
-    return running_server(tmp_path / "server.log", transfer_mode="engine_driven", shm_name=None, chunk_size=CHUNK,
-                          **kwargs)  # type: ignore[arg-type]  # fmt: skip
+def engine_server(tmp_path: Path, **kwargs: Any) -> Any:
+    """An engine-driven server of the test's own (context manager), for faults that break it."""
+    return running_server(tmp_path / "server.log", transfer_mode="engine_driven", **kwargs)
 
 
-def start_worker(server: LMCacheServer, tmp_path: Path, name: str, tokens: int = 2 * CHUNK, **kwargs: object) -> Worker:
-    worker = Worker(server.url, model=f"fault-{name}", rank=0, world_size=1, tokens=tokens,
-                    log_path=tmp_path / f"{name}-worker.log", extra_args=["--mq-timeout", MQ_TIMEOUT, "--layers", "2"],
-                    **kwargs)  # type: ignore[arg-type]  # fmt: skip
+def start_worker(server: LMCacheServer, tmp_path: Path, name: str, mq_timeout: str = MQ_TIMEOUT) -> Worker:
+    """A registered worker rank of model ``fault-<name>`` that stored its first 2-chunk prompt."""
+    worker = Worker(server.url, model=f"fault-{name}", rank=0, world_size=1, tokens=2 * CHUNK,
+                    log_path=tmp_path / f"{name}-worker.log",
+                    extra_args=["--mq-timeout", mq_timeout, "--layers", "2"])  # fmt: skip
     first = worker.next_result()
     assert first["phase"] == "store" and first["ok"], first.get("error") or first["log"][-3000:]
     assert worker.next_result()["phase"] == "ready"
@@ -131,7 +138,7 @@ def round_trip(server: LMCacheServer, worker: Worker, model: str, first: int, to
     worker.store(first)
     stored = worker.next_result()
     assert stored["ok"], stored.get("error")
-    scheduler = Scheduler(server.url, model, 1, BLOCK_SIZE, mq_timeout=float(MQ_TIMEOUT))
+    scheduler = Scheduler(server.url, model, 1, mq_timeout=float(MQ_TIMEOUT))
     try:
         request_id, hit = scheduler.lookup_until(f"rt-{first}", token_ids(tokens, first), tokens, timeout=10)
         assert hit == tokens, f"stored, yet the lookup finds {hit} of {tokens} tokens"
@@ -141,81 +148,106 @@ def round_trip(server: LMCacheServer, worker: Worker, model: str, first: int, to
         scheduler.close()
 
 
-def test_a_store_in_flight_when_the_server_dies_fails_within_the_deadline(tmp_path: Path) -> None:
-    """Server frozen, store submitted, server killed: the store reports failure in < 30 s; the worker lives on."""
-    with engine_server(tmp_path) as server:
-        worker = start_worker(server, tmp_path, "killed")
-        try:
-            assert server.process is not None
-            os.kill(server.process.pid, signal.SIGSTOP)  # the store below is then surely in flight
-            started = time.monotonic()
-            worker.store(50_000)
-            time.sleep(0.5)
-            os.kill(server.process.pid, signal.SIGKILL)
-            result = worker.next_result(timeout=DEADLINE_S)
-            assert time.monotonic() - started < DEADLINE_S
-            assert result["phase"] == "store" and result["ok"] is False, result.get("error")
-            assert worker.process.poll() is None, "the worker must survive a dead server"
-        finally:
-            worker.close(timeout=30)
+@dataclass
+class DeadServer:
+    """A worker whose server died with a store in flight: what the worker saw, and where to restart it."""
+
+    worker: Worker
+    port: int
+    store: dict
+    seconds: float
+    worker_survived: bool
+    log_dir: Path
 
 
-def test_a_restarted_server_gets_the_workers_caches_again_and_serves_exact_bytes(tmp_path: Path) -> None:
-    """Kill the server, start a new one on the same port: the worker re-registers, and a round trip is exact."""
-    first = LMCacheServer(tmp_path / "first.log", "engine_driven", None, CHUNK)
-    first.start()
-    worker = start_worker(first, tmp_path, "restart")
+@pytest.fixture(scope="module")
+def died_mid_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeadServer]:
+    """Server frozen (SIGSTOP), a store submitted (surely in flight), server killed (SIGKILL)."""
+    log_dir = tmp_path_factory.mktemp("died-mid-store")
+    server = LMCacheServer(log_dir / "first.log", "engine_driven")
+    server.start()
+    assert server.process is not None
+    worker = start_worker(server, log_dir, "died", mq_timeout=TIMED_OUT_MQ_TIMEOUT)
     try:
-        assert first.process is not None
-        first.process.kill()
-        first.process.wait(timeout=10)
-        with running_server(tmp_path / "second.log", transfer_mode="engine_driven", shm_name=None, chunk_size=CHUNK,
-                            port=first.port) as second:  # fmt: skip
-            # Each adapter's heartbeat notices the new server and re-registers its caches;
-            # until both have, a round trip may fail, but never with wrong bytes.
-            deadline, attempt, result = time.monotonic() + DEADLINE_S, 0, {}
-            while time.monotonic() < deadline:
-                attempt += 1
-                worker.store(60_000 + attempt * 1_000)
-                if not worker.next_result(timeout=DEADLINE_S)["ok"]:
-                    time.sleep(1)
-                    continue
-                result = round_trip(second, worker, "fault-restart", 60_000 + attempt * 1_000 + 500)
-                assert result["bytes_match"] or not result["ok"], "a retrieve reported success with wrong bytes"
-                if result["ok"]:
-                    break
+        os.kill(server.process.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        worker.store(50_000)
+        time.sleep(0.5)
+        server.process.kill()
+        server.process.wait(timeout=10)
+        result = worker.next_result(timeout=DEADLINE_S)
+        seconds = time.monotonic() - started
+        yield DeadServer(worker, server.port, result, seconds, worker.process.poll() is None, log_dir)
+    finally:
+        worker.kill()  # still running only if a test failed
+
+
+@pytest.mark.own_server
+@pytest.mark.xdist_group("died-mid-store")
+def test_a_store_in_flight_when_the_server_dies_fails_within_the_deadline(died_mid_store: DeadServer) -> None:
+    """Server frozen, store submitted, server killed: the store reports failure in < 30 s; the worker lives on."""
+    assert died_mid_store.seconds < DEADLINE_S
+    result = died_mid_store.store
+    assert result["phase"] == "store" and result["ok"] is False, result.get("error")
+    assert died_mid_store.worker_survived, "the worker must survive a dead server"
+
+
+@pytest.mark.own_server
+@pytest.mark.xdist_group("died-mid-store")
+def test_a_restarted_server_gets_the_workers_caches_again_and_serves_exact_bytes(died_mid_store: DeadServer) -> None:
+    """A new server on the dead one's port: the worker re-registers, and a round trip is exact."""
+    worker = died_mid_store.worker
+    with running_server(died_mid_store.log_dir / "second.log", transfer_mode="engine_driven",
+                        port=died_mid_store.port) as second:  # fmt: skip
+        # Each adapter's heartbeat notices the new server and re-registers its caches;
+        # until both have, a round trip may fail, but never with wrong bytes.
+        deadline, attempt, result = time.monotonic() + DEADLINE_S, 0, {}
+        while time.monotonic() < deadline:
+            attempt += 1
+            worker.store(60_000 + attempt * 1_000)
+            if not worker.next_result(timeout=DEADLINE_S)["ok"]:
                 time.sleep(1)
-            assert result.get("ok"), f"no round trip within {DEADLINE_S} s of the restart:\n{worker.log()[-3000:]}"
+                continue
+            result = round_trip(second, worker, "fault-died", 60_000 + attempt * 1_000 + 500)
+            assert result["bytes_match"] or not result["ok"], "a retrieve reported success with wrong bytes"
+            if result["ok"]:
+                break
+            time.sleep(1)
+        assert result.get("ok"), f"no round trip within {DEADLINE_S} s of the restart:\n{worker.log()[-3000:]}"
+        assert worker.close(timeout=30) == 0, "the worker must unregister from the new server and exit cleanly"
+
+
+@pytest.mark.parametrize("server", ["engine-pickle"], indirect=True)
+def test_a_token_range_that_is_not_chunk_aligned_stores_nothing_and_the_server_says_why(
+    server: LMCacheServer, tmp_path: Path
+) -> None:
+    """A store of a partial chunk reports failure within 30 s, stores nothing, and the server log names the rule."""
+    tokens = CHUNK + BLOCK_SIZE  # one chunk and one block
+    # Registered, with an aligned prompt stored; the server drops the partial store, so it times out.
+    worker = start_worker(server, tmp_path, "aligned", mq_timeout=TIMED_OUT_MQ_TIMEOUT)
+    try:
+        started = time.monotonic()
+        worker.store(90_000, tokens)
+        result = worker.next_result(timeout=DEADLINE_S)
+        assert time.monotonic() - started < DEADLINE_S
+        assert result["phase"] == "store" and result["ok"] is False
+        scheduler = Scheduler(server.url, "fault-aligned", 1, mq_timeout=float(MQ_TIMEOUT))
+        try:
+            # The lookup can hit: the aligned prompt stored at start is found ...
+            request_id, hit = scheduler.lookup_until("aligned", token_ids(2 * CHUNK), 2 * CHUNK, timeout=10)
+            scheduler.release(request_id, token_ids(2 * CHUNK), hit)
+            assert hit == 2 * CHUNK
+            # ... and the partial one left nothing.
+            hit = scheduler.lookup("partial", token_ids(tokens, 90_000))
+            assert hit == 0, "a failed store must leave nothing, not even its aligned first chunk"
+        finally:
+            scheduler.close()
+        assert f"must be a multiple of chunk_size ({CHUNK})" in server.log()
     finally:
         worker.close(timeout=30)
-        first.stop()
 
 
-def test_a_token_range_that_is_not_chunk_aligned_stores_nothing_and_the_server_says_why(tmp_path: Path) -> None:
-    """A store of a partial chunk reports failure within 30 s, stores nothing, and the server log names the rule."""
-    with engine_server(tmp_path) as server:
-        tokens = CHUNK + BLOCK_SIZE  # one chunk and one block
-        worker = start_worker(server, tmp_path, "aligned")  # registered with an aligned prompt
-        partial = Worker(server.url, model="fault-aligned", rank=0, world_size=1, tokens=tokens,
-                         log_path=tmp_path / "partial.log",
-                         extra_args=["--mq-timeout", MQ_TIMEOUT, "--first-token", "90000"])  # fmt: skip
-        try:
-            started = time.monotonic()
-            result = partial.next_result(timeout=DEADLINE_S)
-            assert time.monotonic() - started < DEADLINE_S
-            assert result["phase"] == "store" and result["ok"] is False
-            scheduler = Scheduler(server.url, "fault-aligned", 1, BLOCK_SIZE, mq_timeout=float(MQ_TIMEOUT))
-            try:
-                hit = scheduler.lookup("partial", token_ids(tokens, 90_000))
-                assert hit == 0, "a failed store must leave nothing, not even its aligned first chunk"
-            finally:
-                scheduler.close()
-            assert f"must be a multiple of chunk_size ({CHUNK})" in server.log()
-        finally:
-            partial.close(timeout=30)
-            worker.close(timeout=30)
-
-
+@pytest.mark.own_server
 def test_a_full_l1_drops_stores_that_say_true_and_only_the_lookup_tells(tmp_path: Path) -> None:
     """Twelve 256 KiB prompts into a 1 MiB L1: the stores say True, yet lookups find later prompts missing."""
     prompts = [100_000 + i * 4 * CHUNK for i in range(12)]
@@ -223,7 +255,7 @@ def test_a_full_l1_drops_stores_that_say_true_and_only_the_lookup_tells(tmp_path
     with engine_server(tmp_path, l1_size_gb=0.001, lazy_l1=False) as server:
         worker = Worker(server.url, model="fault-full", rank=0, world_size=1, tokens=4 * CHUNK,
                         log_path=tmp_path / "worker.log", extra_args=["--mq-timeout", MQ_TIMEOUT])  # fmt: skip
-        scheduler = Scheduler(server.url, "fault-full", 1, BLOCK_SIZE, mq_timeout=float(MQ_TIMEOUT))
+        scheduler = Scheduler(server.url, "fault-full", 1, mq_timeout=float(MQ_TIMEOUT))
         try:
             worker.next_result(timeout=DEADLINE_S)
             assert worker.next_result(timeout=DEADLINE_S)["phase"] == "ready"
@@ -266,8 +298,8 @@ BAD_KV = textwrap.dedent(
         register_kv_caches(adapter, kv)
         outcome["registered"] = True
         op = mp.LoadStoreOp(token_ids=list(range(64)), block_ids=[[0, 1, 2, 3]], start=0, end=64)
-        adapter.submit_store_request("bad", op, recorded_event(adapter, __DEVICE__))
-        outcome["stored"] = bool(adapter.store_futures["bad"].result(timeout=10))
+        adapter.submit_store_request(model, op, recorded_event(adapter, __DEVICE__))
+        outcome["stored"] = bool(adapter.store_futures[model].result(timeout=10))
     except Exception as exc:
         outcome["error"] = f"{type(exc).__name__}: {exc}"
     print(json.dumps(outcome), flush=True)
@@ -284,21 +316,21 @@ BAD_KV = textwrap.dedent(
         ("mixed-devices", "All KV cache tensors must share one device type"),
     ],
 )
+@pytest.mark.parametrize("server", ["engine-pickle"], indirect=True)
 def test_malformed_kv_caches_are_refused_with_a_reason_and_store_nothing(
-    tmp_path: Path, fault: str, message: str
+    server: LMCacheServer, tmp_path: Path, fault: str, message: str
 ) -> None:
     """Layers that disagree in shape, dtype or device: refused or failed within 30 s, reason logged, nothing stored."""
-    with engine_server(tmp_path) as server:
-        started = time.monotonic()
-        done = subprocess.run([sys.executable, "-c", BAD_KV, server.url, fault], capture_output=True, text=True,
-                              timeout=DEADLINE_S + 30, env=child_env({}), cwd=tmp_path)  # fmt: skip
-        assert time.monotonic() - started < DEADLINE_S + 10  # interpreter and emulator start-up included
-        outcome = json.loads(done.stdout.splitlines()[-1])
-        assert outcome["stored"] is not True, outcome
-        assert message in outcome["error"] + done.stderr, done.stderr[-3000:]
-        scheduler = Scheduler(server.url, f"fault-kv-{fault}", 1, BLOCK_SIZE, mq_timeout=float(MQ_TIMEOUT))
-        try:
-            if outcome["registered"]:
-                assert scheduler.lookup("bad", list(range(64))) == 0, "a refused store must leave nothing"
-        finally:
-            scheduler.close()
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", BAD_KV, server.url, fault], capture_output=True, text=True,
+                          timeout=DEADLINE_S + 30, env=child_env({}), cwd=tmp_path)  # fmt: skip
+    assert time.monotonic() - started < DEADLINE_S + 10  # interpreter and emulator start-up included
+    outcome = json.loads(done.stdout.splitlines()[-1])
+    assert outcome["stored"] is not True, outcome
+    assert message in outcome["error"] + done.stderr, done.stderr[-3000:]
+    scheduler = Scheduler(server.url, f"fault-kv-{fault}", 1, mq_timeout=float(MQ_TIMEOUT))
+    try:
+        if outcome["registered"]:
+            assert scheduler.lookup(f"bad-{fault}", list(range(64))) == 0, "a refused store must leave nothing"
+    finally:
+        scheduler.close()

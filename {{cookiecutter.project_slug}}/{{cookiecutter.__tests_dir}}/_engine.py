@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""A serving engine's processes, without vLLM: worker ranks and LMCache's scheduler adapter.
+
+Why it exists: the end-to-end tests drive a real ``lmcache server`` the way
+vLLM's ``LMCacheMPConnector`` does. Each worker rank is an ``e2e_worker.py``
+process using LMCache's ``LMCacheMPWorkerAdapter``; lookups go through
+``LMCacheMPSchedulerAdapter``. A rank costs about 2 s of CPU to start, so
+``Cluster`` keeps a model's ranks and scheduler alive across a module's tests.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from _servers import LMCacheServer
+from _support import HERE, child_env
+from e2e_worker import BLOCK_SIZE
+
+WORKER = HERE / "e2e_worker.py"
+
+
+class Worker:
+    """One ``e2e_worker.py`` rank in its own process (see its docstring for the protocol)."""
+
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        model: str,
+        rank: int,
+        world_size: int,
+        tokens: int,
+        log_path: Path,
+        mode: str = "engine_driven",
+        env: Mapping[str, str | None] = (),
+        extra_args: Sequence[str] = (),
+    ):
+        argv = [
+            sys.executable, str(WORKER), "--url", server_url, "--model", model, "--mode", mode,
+            "--rank", str(rank), "--world-size", str(world_size), "--tokens", str(tokens), *extra_args,
+        ]  # fmt: skip
+        self.log_path = log_path
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_path.open("w"),
+            text=True, env=child_env(env), cwd=HERE.parent.parent,
+        )  # fmt: skip
+        self._results: queue.Queue[dict | None] = queue.Queue()
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def _read_stdout(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                self._results.put(json.loads(line))
+        self._results.put(None)  # EOF: the worker exited
+
+    def next_result(self, timeout: float = 60) -> dict:
+        """The worker's next JSON line; fails with its log if it dies or stalls."""
+        try:
+            result = self._results.get(timeout=timeout)
+        except queue.Empty:
+            result = None
+            if self.process.poll() is None:  # stalled: dump its stacks into the log first
+                self.process.send_signal(signal.SIGUSR1)
+                time.sleep(1)
+            self.process.kill()
+        if result is None:
+            raise AssertionError(f"worker gave no result (exit {self.process.poll()}):\n{self.log()[-4000:]}")
+        result["log"] = self.log()
+        return result
+
+    def _send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def retrieve(self, request_id: str, first_token: int | None = None) -> None:
+        """Retrieve the prompt starting at ``first_token`` (default: the first one stored)."""
+        self._send(f"retrieve {request_id}" + ("" if first_token is None else f" {first_token}"))
+
+    def store(self, first_token: int, tokens: int | None = None) -> None:
+        """Store the prompt starting at ``first_token`` (``tokens`` long, default the worker's ``--tokens``)."""
+        self._send(f"store {first_token}" + ("" if tokens is None else f" {tokens}"))
+
+    def begin_close(self) -> None:
+        """Close stdin: the worker unregisters from its server and exits."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
+
+    def close(self, timeout: float = 60) -> int:
+        """Close stdin and return the worker's exit code (killed after ``timeout`` seconds)."""
+        self.begin_close()
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL: for a worker whose server is gone (a clean exit would wait for it to unregister)."""
+        self.begin_close()
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+
+def close_all(ranks: Iterable[Worker], timeout: float = 60) -> list[int]:
+    """Close every rank at once (each waits on its server to unregister) and return their exit codes."""
+    ranks = list(ranks)
+    for worker in ranks:
+        worker.begin_close()
+    return [worker.close(timeout) for worker in ranks]
+
+
+@contextmanager
+def workers(
+    server_url: str, log_dir: Path, *, model: str, world_size: int, tokens: int, mode: str = "engine_driven"
+) -> Iterator[list[Worker]]:
+    """``world_size`` worker ranks, each in its own process, always stopped afterwards."""
+    started = [
+        Worker(server_url, model=model, rank=rank, world_size=world_size, tokens=tokens,
+               log_path=log_dir / f"rank{rank}.log", mode=mode)  # fmt: skip
+        for rank in range(world_size)
+    ]
+    try:
+        yield started
+    finally:
+        close_all(started)
+
+
+class Scheduler:
+    """LMCache's scheduler-side adapter (what vLLM's connector uses) for lookups."""
+
+    def __init__(self, server_url: str, model: str, world_size: int, block_size: int = BLOCK_SIZE,
+                 mq_timeout: float = 20.0):  # fmt: skip
+        import zmq
+        from lmcache.integration.vllm.vllm_multi_process_adapter import (
+            LMCacheMPSchedulerAdapter,
+            ParallelStrategy,
+        )
+
+        strategy = ParallelStrategy(
+            mla_only=False, vllm_world_size=world_size, vllm_worker_id=0, tp_size=world_size, pp_size=1, n_servers=1
+        )
+        self.adapter = LMCacheMPSchedulerAdapter(
+            [server_url],
+            zmq.Context.instance(),
+            model,
+            block_size,
+            strategy,
+            extra_config={"lmcache.mp.mq_timeout": mq_timeout, "lmcache.mp.heartbeat_interval": 1.0},
+        )
+        self.mq_timeout = mq_timeout
+
+    def lookup_until(
+        self, request_prefix: str, tokens: list[int], expected: int, timeout: float = 20.0
+    ) -> tuple[str, int]:
+        """Look up with fresh request ids until ``expected`` tokens hit (LMCache-driven stores commit
+        asynchronously); returns the request id whose lookup holds the read locks, and the hit."""
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            request_id = f"{request_prefix}-{attempt}"
+            hit = self.lookup(request_id, tokens)
+            if hit >= expected or time.monotonic() > deadline:
+                return request_id, hit
+            self.release(request_id, tokens, hit)
+            attempt += 1
+            time.sleep(0.02)
+
+    def lookup(self, request_id: str, tokens: list[int]) -> int:
+        """Hit tokens for ``tokens`` (prefix, all ranks); also read-locks them for one retrieve."""
+        self.adapter.maybe_submit_lookup_request(request_id, tokens)
+        deadline = time.monotonic() + self.mq_timeout
+        while time.monotonic() < deadline:
+            hit = self.adapter.check_lookup_result(request_id)
+            if hit is not None:
+                return int(hit)
+            time.sleep(0.005)
+        raise AssertionError(f"lookup {request_id!r} did not finish within {self.mq_timeout}s")
+
+    def end_session(self, request_id: str) -> None:
+        self.adapter.end_session(request_id)
+
+    def release(self, request_id: str, tokens: list[int], hit: int) -> None:
+        """End a lookup that no retrieve will follow: free the read locks its hit holds, end its session."""
+        if hit:
+            self.adapter.free_lookup_locks(tokens, 0, hit, request_id)
+        self.end_session(request_id)
+
+    def close(self) -> None:
+        self.adapter.shutdown()
+
+
+class Cluster:
+    """A serving engine's processes for one model: ``world_size`` worker ranks and the scheduler.
+
+    Each rank registers its KV caches and stores the model's first prompt at
+    start (``stored``). Kept alive across a module's tests; ``close`` returns the
+    ranks' exit codes.
+    """
+
+    def __init__(self, server: LMCacheServer, log_dir: Path, *, model: str, world_size: int, tokens: int,
+                 mode: str = "engine_driven") -> None:  # fmt: skip
+        self.server, self.model, self.world_size = server, model, world_size
+        self.ranks = [
+            Worker(server.url, model=model, rank=rank, world_size=world_size, tokens=tokens,
+                   log_path=log_dir / f"{model}-rank{rank}.log", mode=mode)  # fmt: skip
+            for rank in range(world_size)
+        ]
+        self.scheduler = Scheduler(server.url, model, world_size)
+        self.stored = [worker.next_result() for worker in self.ranks]
+        self.ready = [worker.next_result()["phase"] for worker in self.ranks]
+
+    def retrieve(self, request_id: str) -> list[dict]:
+        """Every rank retrieves the first prompt under the lookup ``request_id``; their results."""
+        for worker in self.ranks:
+            worker.retrieve(request_id)
+        return [worker.next_result() for worker in self.ranks]
+
+    def close(self) -> list[int]:
+        self.scheduler.close()
+        return close_all(self.ranks)

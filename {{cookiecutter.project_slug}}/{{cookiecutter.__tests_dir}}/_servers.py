@@ -1,0 +1,214 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""Real ``lmcache server`` processes for the end-to-end tests, on free 127.0.0.1 ports.
+
+Why it is shaped this way: a server costs about 3 s of CPU to start and seconds
+to stop, so the suite shares them. ``SharedServers`` keeps one server per kind
+(``SERVER_KINDS``) for the whole run; conftest.py's ``server`` fixture hands it
+out, and under pytest-xdist every test of one kind runs on the same xdist
+worker. Tests keep their state apart with their own model names and request
+ids. Tests that break a server (freeze, kill, restart or fill it, or speak the
+wrong transfer mode to it) start their own with ``running_server``.
+
+Nothing here fakes LMCache: servers run the installed ``lmcache`` (and, for the
+LMCache-driven kinds, this installed plugin).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from _support import child_env
+
+DEVICE = "{{ cookiecutter.device_name }}"
+#: Tokens per LMCache chunk on every server the suite starts.
+CHUNK = 64
+#: What a server needs to run this plugin (its cache context, event backend and ops).
+PLUGIN_SERVER_ENV: dict[str, str | None] = {
+    "LMCACHE_DEVICE_BACKEND": "{{ cookiecutter.backend_name }}",
+{%- if cookiecutter.emulator == 'yes' %}
+    "{{ cookiecutter.__emulator_env_var }}": os.environ.get("{{ cookiecutter.__emulator_env_var }}", "1"),
+{%- endif %}
+}
+#: The servers the suite shares, by kind: transfer mode, an SHM pool, and whether it runs this plugin
+#: (the LMCache-driven kinds, which only make sense when the spec offers LMCache-driven transfer).
+SERVER_KINDS: dict[str, dict[str, Any]] = {
+    "engine-pickle": {"transfer_mode": "engine_driven"},
+    "engine-shm": {"transfer_mode": "engine_driven", "shm": True},
+    "lmcache-driven": {"transfer_mode": "lmcache_driven", "plugin": True},
+    "auto": {"transfer_mode": "auto", "plugin": True},
+}
+#: LMCache names a server's SHM pool ``lmcache_l1_pool_<--shm-name>``; the suite's pools start so.
+SHM_POOL_PREFIX = "lmcache_l1_pool_e2e_"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def new_shm_entries(before: set[str]) -> list[str]:
+    """/dev/shm entries created since ``before``, except the SHM pools of the suite's own servers."""
+    return sorted(name for name in shm_entries() - before if not name.startswith(SHM_POOL_PREFIX))
+
+
+#: Servers asked to stop and not yet reaped: waited for (killed if need be) when this process exits.
+_STOPPING: list[subprocess.Popen[bytes]] = []
+
+
+@atexit.register
+def _reap_stopped_servers(grace: float = 30) -> None:
+    deadline = time.monotonic() + grace
+    for process in _STOPPING:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+class LMCacheServer:
+    """A real ``lmcache server`` on 127.0.0.1, started and stopped by PID."""
+
+    def __init__(
+        self,
+        log_path: Path,
+        transfer_mode: str,
+        shm_name: str | None = None,
+        chunk_size: int = CHUNK,
+        env: Mapping[str, str | None] = (),
+        l1_size_gb: float = 0.25,
+        port: int | None = None,
+        lazy_l1: bool = True,
+    ):
+        self.port = port or free_port()  # a given port: restart a server where workers expect it
+        self.http_port = free_port()
+        self.log_path = log_path
+        self.transfer_mode = transfer_mode
+        self.shm_name = shm_name
+        self.url = f"tcp://127.0.0.1:{self.port}"
+        self.argv = [
+            str(Path(sys.executable).with_name("lmcache")),
+            "server",
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
+            "--l1-size-gb", str(l1_size_gb), "--eviction-policy", "LRU",
+            "--chunk-size", str(chunk_size),
+            "--max-workers", "2",
+            "--supported-transfer-mode", transfer_mode,
+        ]  # fmt: skip
+        if shm_name:
+            # The SHM pool needs a non-lazy L1; LMCache keeps L1 lazy (and silently
+            # serves engine-driven workers by pickle) when the device can pin memory.
+            self.argv += ["--shm-name", shm_name]
+        if shm_name or not lazy_l1:
+            self.argv += ["--no-l1-use-lazy"]
+        self.env = child_env(env)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, ready_timeout: float = 90) -> None:
+        """Start the server and poll its health check until it answers."""
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"lmcache server exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/healthcheck", timeout=1) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise AssertionError(f"lmcache server not healthy within {ready_timeout}s:\n{self.log_tail()}")
+
+    def stop(self, wait: bool = True, grace: float = 30) -> None:
+        """SIGINT by PID; with ``wait``, SIGKILL if it is still alive after ``grace`` seconds.
+
+        Without ``wait`` the server shuts down while the tests go on, and this
+        process reaps it when it exits.
+        """
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        if not wait:
+            _STOPPING.append(self.process)
+            return
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/status", timeout=5) as reply:
+            return json.loads(reply.read())
+
+    def l1_status(self) -> dict:
+        """The default L1 manager's counters (``/status`` nests them differently per release)."""
+        storage = self.status()["storage_manager"]
+        if "l1_managers" in storage:  # lmcache 0.5.6: one entry per named L1 manager
+            return storage["l1_managers"]["_default"]
+        return storage["l1_manager"]  # lmcache 0.5.4, 0.5.5
+
+
+@contextmanager
+def running_server(log_path: Path, *, wait_stop: bool = False, **kwargs: Any) -> Iterator[LMCacheServer]:
+    """A server of the caller's own, asked to stop when the block ends (waiting for it with ``wait_stop``)."""
+    server = LMCacheServer(log_path, **kwargs)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(wait=wait_stop)
+
+
+class SharedServers:
+    """One server per kind of ``SERVER_KINDS``, started on first use, all stopped at the end of the run."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.running: dict[str, LMCacheServer] = {}
+
+    def get(self, kind: str) -> LMCacheServer:
+        if kind not in self.running:
+            options = SERVER_KINDS[kind]
+            server = LMCacheServer(
+                self.log_dir / f"{kind}.log",
+                transfer_mode=options["transfer_mode"],
+                shm_name=f"e2e_{DEVICE}_{os.getpid()}" if options.get("shm") else None,
+                env=PLUGIN_SERVER_ENV if options.get("plugin") else {},
+            )
+            server.start()
+            self.running[kind] = server
+        return self.running[kind]
+
+    def stop_all(self) -> None:
+        for server in self.running.values():
+            server.stop(wait=False)
+
