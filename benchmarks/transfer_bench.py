@@ -122,7 +122,8 @@ def run_e2e(project: Path, reps: int, warmup: int, log_dir: Path) -> dict[str, d
     for every setup, which would hide the differences being measured.
     """
     sys.path.insert(0, str(project / "tests"))
-    from _support import Scheduler, Worker, running_server  # the rendered project's own harness
+    from _engine import Scheduler, Worker  # the rendered project's own harness
+    from _servers import running_server
 
     results: dict[str, dict[str, list[float]]] = {}
     for path, server_mode, worker_mode in (
@@ -137,7 +138,8 @@ def run_e2e(project: Path, reps: int, warmup: int, log_dir: Path) -> dict[str, d
             stores: list[float] = []
             retrieves: list[float] = []
             with running_server(
-                log, transfer_mode=server_mode, shm_name=shm, chunk_size=TOKENS, env=env, l1_size_gb=L1_GB
+                log, transfer_mode=server_mode, shm_name=shm, chunk_size=TOKENS, env=env, l1_size_gb=L1_GB,
+                wait_stop=True,  # the next setup's server takes the same SHM name
             ) as server:
                 scheduler = Scheduler(server.url, f"bench-{device}", 1, BLOCK)
                 # One long-lived worker, as a serving engine is: stores and retrieves

@@ -1,0 +1,106 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The checks a render and its wheel must pass, defined once: the nox sessions and the template's
+tests both call these."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+import zipfile
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+#: Template syntax that must not survive rendering.
+LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
+#: GitHub Actions expressions (``${{ matrix.x }}``) are meant to survive rendering.
+GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.]+ \}\}")
+#: ruff settings for an in-tree contribution: its imports are regrouped by LMCache's own isort
+#: settings (lmcache is first-party there); every other rule applies as to the wheel.
+IN_TREE_RUFF = ("--isolated", "--line-length", "120", "--select", "E,F,W,I,B,UP", "--ignore", "B009,I001")
+#: The modules LMCache-driven transfer adds to the package.
+LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "event_ipc.py", "pin_memory.py")
+
+
+def context(project: Path) -> dict:
+    """A render's answers, derived values included (its ``.cookiecutter.json``)."""
+    return json.loads((project / ".cookiecutter.json").read_text())
+
+
+def files(project: Path) -> set[str]:
+    """Every file of a render, relative to it."""
+    return {str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()}
+
+
+def leftover_syntax(name: str, text: str) -> str | None:
+    """The first leftover template marker in a rendered file's text, if any."""
+    if name.endswith(".yml"):
+        text = GITHUB_EXPRESSION.sub("", text)
+    match = LEFTOVER_SYNTAX.search(text)
+    return match.group(0) if match else None
+
+
+def rendered_text_problems(project: Path) -> list[str]:
+    """No leftover template syntax in any file; Python compiles; TOML and JSON parse."""
+    problems = []
+    for name in sorted(files(project)):
+        text = (project / name).read_text()
+        if marker := leftover_syntax(name, text):
+            problems.append(f"{name}: leftover {marker!r}")
+        try:
+            if name.endswith(".py"):
+                compile(text, name, "exec")
+            elif name.endswith(".toml"):
+                tomllib.loads(text)
+            elif name.endswith(".json"):
+                json.loads(text)
+        except (SyntaxError, ValueError) as exc:
+            problems.append(f"{name}: {exc}")
+    return problems
+
+
+def wheel_problems(wheel: Path, project: Path) -> list[str]:
+    """What is wrong with a render's wheel: entry point, licence, lmcache range, and which modules ship."""
+    ctx = context(project)
+    package = ctx["import_package"]
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
+        entry_points = archive.read(f"{info}/entry_points.txt").decode()
+        metadata = archive.read(f"{info}/METADATA").decode().splitlines()
+    problems = []
+    expected = (
+        f"[{ctx['_entry_point_group']}]\n{ctx['backend_name']} = {ctx['__spec_module']}:{ctx['class_prefix']}DeviceSpec"
+    )
+    if expected not in entry_points:
+        problems.append(f"entry_points.txt lacks {expected!r}:\n{entry_points}")
+    for line in (f"License-Expression: {ctx['license']}", "License-File: LICENSE"):
+        if line not in metadata:
+            problems.append(f"METADATA lacks {line!r}")
+    requirement = Requirement(ctx["_lmcache_requirement"])
+    declared = [Requirement(m.split(":", 1)[1]) for m in metadata if m.startswith("Requires-Dist:")]
+    lmcache = [r for r in declared if r.name == "lmcache"]
+    if [r.specifier for r in lmcache] != [requirement.specifier]:
+        problems.append(f"Requires-Dist for lmcache is {[str(r) for r in lmcache]}, expected {str(requirement)!r}")
+    untested = [v for v in ctx["_lmcache_tested"] if not requirement.specifier.contains(v)]
+    if untested:
+        problems.append(f"{requirement} excludes tested releases {untested}")
+    for required in (f"{package}/py.typed", f"{info}/licenses/LICENSE"):
+        if required not in names:
+            problems.append(f"wheel lacks {required}")
+    shipped = {
+        "the emulator": (f"{package}/emulator/csrc/host_device.cpp" in names, ctx["emulator"] == "yes"),
+        "native ops": (
+            any(n.startswith(f"{package}/_kernels") and n.endswith(".so") for n in names)
+            and f"{package}/native_ops.py" in names,
+            ctx["native_ops"] == "yes",
+        ),
+        **{
+            module: (f"{package}/{module}" in names, ctx["lmcache_driven"] != "no") for module in LMCACHE_DRIVEN_MODULES
+        },
+    }
+    for what, (present, wanted) in shipped.items():
+        if present != wanted:
+            problems.append(f"{what}: {'missing' if wanted else 'shipped but not chosen'}")
+    return problems

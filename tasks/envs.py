@@ -1,0 +1,141 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One virtual environment per LMCache release, shared by every session and variant that uses it.
+
+Why: an environment costs about a minute (CPU torch, lmcache and its dependencies),
+and every variant of a release needs the same one. ``ReleaseEnv`` creates it once
+(``.nox/lmcache-<release>/``), recreates it when what it should hold changes, and
+lets sessions install a variant's wheel into it or overlay an in-tree contribution
+onto its lmcache, which ``overlaid`` undoes exactly afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import nox
+
+from tasks.variants import CONTEXT, ROOT
+
+#: The torch installed before anything else (lmcache depends on an unpinned torch, which
+#: otherwise pulls a multi-GB CUDA build); vendors point it at their torch.
+TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
+#: Undeclared dependencies a release's ``lmcache`` command line needs (cookiecutter.json).
+CLI_EXTRAS: dict[str, list[str]] = CONTEXT["_lmcache_cli_extras"]
+#: What every variant needs beside torch and lmcache: the template's tools, the builders (native
+#: ops build without isolation, against this torch) and the rendered suite's test extra.
+TOOLS = [
+    "cookiecutter>=2.6", "ruff", "mypy", "build", "setuptools>=77", "wheel", "ninja", "packaging",
+    "pytest>=8,<9.2", "pytest-xdist>=3.5", "nox>=2024.4.15",
+]  # fmt: skip
+
+
+class ReleaseEnv:
+    """The environment of one lmcache release: ``.nox/lmcache-<release>/``."""
+
+    def __init__(self, release: str) -> None:
+        self.release = release
+        self.path = ROOT / ".nox" / f"lmcache-{release}"
+        self.bin = self.path / "bin"
+        self.python = str(self.bin / "python")
+
+    def wanted(self) -> list[str]:
+        return [sys.version, TORCH, f"lmcache=={self.release}", *CLI_EXTRAS.get(self.release, []), *TOOLS]
+
+    def ensure(self, session: nox.Session) -> bool:
+        """Create the environment unless it already holds what it should; True when it was (re)created."""
+        stamp = self.path / "installed.json"
+        wanted = json.dumps(self.wanted())
+        if stamp.exists() and stamp.read_text() == wanted:
+            session.log(f"reusing {self.path.relative_to(ROOT)} (lmcache {self.release}, {TORCH})")
+            return False
+        shutil.rmtree(self.path, ignore_errors=True)
+        session.run(sys.executable, "-m", "venv", str(self.path), external=True)
+        # First, with pip and the machine's pip configuration (where a CPU or vendor torch is found):
+        # lmcache's own torch requirement is unpinned.
+        self.pip(session, "install", "--quiet", TORCH)
+        self.install(session, *self.wanted()[2:])
+        # Fail here, not in every E2E test, if the release's command line lacks an undeclared dependency.
+        self.run(session, "lmcache", "server", "--help", silent=True)
+        stamp.write_text(wanted)
+        return True
+
+    def install(self, session: nox.Session, *requirements: str) -> None:
+        """Install from the package index into this environment: with uv when it is installed (beside nox or
+        on PATH; it installs lmcache's ~140 dependencies about four times faster), else with pip."""
+        uv = Path(sys.executable).with_name("uv")
+        uv_command = str(uv) if uv.exists() else shutil.which("uv")
+        if uv_command is None:
+            self.pip(session, "install", "--quiet", *requirements)
+            return
+        # Bytecode compiled at install, as pip does: the suite's many fresh interpreters import it all.
+        session.run(uv_command, "pip", "install", "--quiet", "--python", self.python, "--compile-bytecode",
+                    *requirements, external=True)  # fmt: skip
+
+    def command(self, name: str) -> str:
+        """A command of this environment by name (``python``, ``pytest``, ``lmcache``, ...)."""
+        return str(self.bin / name)
+
+    def run(self, session: nox.Session, program: str, *args: str, **kwargs: object) -> str | bool | None:
+        """Run ``program`` from this environment (a bare name is looked up in its bin/)."""
+        if os.sep not in program:
+            program = self.command(program)
+        env = {"PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(self.path)}
+        env.update(kwargs.pop("env", None) or {})  # type: ignore[call-overload]
+        return session.run(program, *args, external=True, env=env, **kwargs)  # type: ignore[arg-type,call-overload]
+
+    def pip(self, session: nox.Session, *args: str, **kwargs: object) -> str | bool | None:
+        return self.run(session, self.python, "-m", "pip", *args, **kwargs)
+
+    def site_packages(self, session: nox.Session) -> Path:
+        out = self.run(
+            session, self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
+        )
+        return Path(str(out).strip().splitlines()[-1])
+
+    def uninstall_plugins(self, session: nox.Session, distribution: str) -> None:
+        """Remove a variant's wheel, so the next variant (wheel or in-tree) is the only backend of its name."""
+        self.pip(session, "uninstall", "--quiet", "--yes", distribution)
+
+    @contextmanager
+    def overlaid(self, session: nox.Session, project: Path, backend: str) -> Iterator[Path]:
+        """lmcache with an in-tree contribution applied (its package, then its patches), as in a reviewer's
+        checkout; afterwards the package is removed and every patched file restored byte for byte."""
+        site = self.site_packages(session)
+        with overlay_in_tree(session, project, site, backend):
+            yield site
+
+
+def wire_patches(project: Path) -> list[Path]:
+    """The rendered in-tree contribution's patches to LMCache's own files (none when engine-driven)."""
+    return sorted((project / "patches").glob("*.patch")) if (project / "patches").is_dir() else []
+
+
+def patched_files(patch: Path) -> list[str]:
+    """The files a unified diff changes (its ``+++ b/...`` lines)."""
+    return [line[6:].strip() for line in patch.read_text().splitlines() if line.startswith("+++ b/")]
+
+
+@contextmanager
+def overlay_in_tree(session: nox.Session, project: Path, root: Path, backend: str) -> Iterator[None]:
+    """Apply a rendered in-tree contribution to the LMCache tree under ``root``, undone afterwards."""
+    relative = Path("lmcache/v1/platform/devices") / backend
+    target = root / relative
+    if target.exists():
+        session.error(f"{target} exists before the overlay: an earlier overlay was not undone")
+    saved = {name: (root / name).read_bytes() for patch in wire_patches(project) for name in patched_files(patch)}
+    shutil.copytree(project / relative, target)
+    try:
+        for patch in wire_patches(project):
+            session.run("patch", "-p1", "--forward", "--dry-run", "-d", str(root), "-i", str(patch), external=True)
+            session.run("patch", "-p1", "--forward", "--quiet", "-d", str(root), "-i", str(patch), external=True)
+        yield
+    finally:
+        shutil.rmtree(target)
+        for name, content in saved.items():
+            (root / name).write_bytes(content)

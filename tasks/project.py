@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Render a variant, check it statically, build its wheel and install it into a release environment.
+
+Builds go through one persistent tree per environment (``sync_tree``): a new
+render replaces only the files whose content changed, so unchanged sources keep
+their timestamps and an unchanged native extension is not compiled again.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+from pathlib import Path
+
+import nox
+
+from tasks.checks import IN_TREE_RUFF, context, rendered_text_problems, wheel_problems
+from tasks.envs import ReleaseEnv
+from tasks.variants import ROOT, answers
+
+#: Build products that must not outlive a render (stale modules would end up in the next wheel).
+STALE_BUILD_PRODUCTS = ("build/lib*", "build/bdist*", "src/*.egg-info", "*.egg-info")
+
+
+def render(session: nox.Session, env: ReleaseEnv, out: Path, variant: dict[str, str]) -> Path:
+    """Render the template with --no-input and the variant's answers into an empty ``out``; the project."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    pairs = [f"{key}={value}" for key, value in answers(variant).items()]
+    env.run(session, "cookiecutter", "--no-input", "-o", str(out), str(ROOT), *pairs, silent=True)
+    (project,) = out.iterdir()
+    return project
+
+
+def check_statically(session: nox.Session, env: ReleaseEnv, project: Path, cache: Path) -> None:
+    """No leftover template syntax, Python compiles, TOML/JSON parse; ruff and mypy pass."""
+    problems = rendered_text_problems(project)
+    if problems:
+        session.error("rendered project check failed:\n  " + "\n  ".join(problems))
+    ctx = context(project)
+    if ctx["ownership"] == "wheel":
+        env.run(session, "ruff", "check", "--no-cache", "--no-respect-gitignore", "--quiet", str(project))
+        env.run(session, "mypy", "--config-file", str(project / "pyproject.toml"), "--cache-dir", str(cache),
+                str(project / "src"), silent=True)  # fmt: skip
+    else:
+        env.run(
+            session, "ruff", "check", "--no-cache", "--no-respect-gitignore", "--quiet", *IN_TREE_RUFF, str(project)
+        )
+    session.log(f"static checks OK: {project.name} ({ctx['ownership']})")
+
+
+def sync_tree(source: Path, target: Path) -> None:
+    """Make ``target`` hold exactly ``source``'s files, copying only those whose content differs.
+
+    Build intermediates under ``target/build/temp*`` stay (unchanged sources keep
+    their timestamps, so the compiler skips them); build products that could
+    carry another render's modules are removed.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    for pattern in STALE_BUILD_PRODUCTS:
+        for stale in target.glob(pattern):
+            shutil.rmtree(stale)
+    wanted = {p.relative_to(source) for p in source.rglob("*") if p.is_file()}
+    for path in sorted(p for p in target.rglob("*") if p.is_file()):
+        relative = path.relative_to(target)
+        if relative not in wanted and relative.parts[0] != "build":
+            path.unlink()
+    for relative in sorted(wanted):
+        src, dst = source / relative, target / relative
+        if not (dst.is_file() and filecmp.cmp(src, dst, shallow=False)):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+
+
+def build_wheel(session: nox.Session, env: ReleaseEnv, project: Path) -> Path:
+    """Build the render's wheel with a PEP 517 frontend through the environment's build tree, and check it."""
+    tree = env.path / "build-tree"
+    sync_tree(project, tree)
+    dist = env.path / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    # Without isolation: native ops compile against this environment's torch, and nothing is downloaded.
+    env.run(
+        session, "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(tree), silent=True
+    )
+    (wheel,) = dist.glob("*.whl")
+    problems = wheel_problems(wheel, project)
+    if problems:
+        session.error("wheel check failed:\n  " + "\n  ".join(problems))
+    session.log(f"wheel OK: {wheel.name}")
+    return wheel
+
+
+def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path) -> None:
+    """Install the wheel (never editable): its dependencies resolved honestly, then this build's files forced in."""
+    env.pip(session, "install", "--quiet", f"{wheel}[test]")
+    env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
+    env.pip(session, "check")

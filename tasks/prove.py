@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Prove variants end to end on one LMCache release: render, check, build, install, run the whole suite.
+
+A wheel variant is built and installed into the release's environment; an
+in-tree variant is overlaid onto its lmcache (package, then wire patch) and
+taken off again afterwards. Either way the rendered suite runs from an empty
+directory against what is installed, through real ``lmcache server`` processes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+
+import nox
+
+from tasks.checks import context
+from tasks.envs import TORCH, ReleaseEnv
+from tasks.progress import timed
+from tasks.project import build_wheel, check_statically, install_wheel, render
+from tasks.suite import Outcome, count, run_suite
+from tasks.variants import NEWEST, VARIANTS, VENDOR_NOXFILE, is_in_tree
+
+
+def select(session: nox.Session, names: list[str], default: list[str]) -> list[str]:
+    """The variants named in posargs (``all``: every one of ``names``; none: ``default``), refusing unknown names."""
+    if not session.posargs:
+        return default
+    if session.posargs == ["all"]:
+        return names
+    unknown = sorted(set(session.posargs) - set(names))
+    if unknown:
+        session.error(f"unknown variant(s) {unknown}; choose 'all' or from {names}")
+    return [name for name in names if name in session.posargs]
+
+
+def prove_release(session: nox.Session, release: str, names: list[str]) -> None:
+    """Prove ``names`` one after another in the environment of ``release``, with progress and a timing table."""
+    env = ReleaseEnv(release)
+    work = Path(session.create_tmp()).resolve()
+    with timed(session, f"lmcache {release}") as timings:
+        with timings.step(f"environment: CPU torch + lmcache {release}") as step:
+            step.result = "created" if env.ensure(session) else "reused"
+        for number, name in enumerate(names, 1):
+            with timings.step(f"variant {number} of {len(names)}: {name}") as step:
+                begun = time.monotonic()
+                outcome = prove_variant(session, env, name, work / name)
+                before_suite = time.monotonic() - begun - outcome.seconds
+                step.result = f"{outcome}; render, checks, build, install {before_suite:.0f} s"
+
+
+def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path) -> Outcome:
+    variant = VARIANTS[name]
+    project = render(session, env, work / "rendered", variant)
+    ctx = context(project)
+    emulator = ctx["emulator"] == "yes"
+    meanwhile = emulator_built_meanwhile(env, project, ctx) if emulator and not is_in_tree(variant) else nullcontext()
+    with meanwhile:
+        check_statically(session, env, project, cache=env.path / "mypy-cache")
+        wheel = None if is_in_tree(variant) else build_wheel(session, env, project)
+    env_vars: dict[str, str | None] = {ctx["__emulator_env_var"]: "1" if emulator else None}
+    tests = project / ctx["__tests_dir"]
+    env.uninstall_plugins(session, ctx["project_slug"])  # the previous variant's wheel
+    if is_in_tree(variant):
+        with env.overlaid(session, project, ctx["backend_name"]):
+            registered = (
+                f"import lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY as r; s = r[{ctx['backend_name']!r}]"
+            )
+            env.run(session, "python", "-c", f"{registered}; print('in-tree spec under test:', type(s).__module__)",
+                    env=env_vars)  # fmt: skip
+            return run_suite(session, env, [tests], work, env_vars, device_present=True, own_settings=False)
+    assert wheel is not None
+    install_wheel(session, env, wheel)
+    package = ctx["__package"]
+    with session.chdir(work):  # nothing may resolve to the source tree
+        env.run(session, "python", "-c", f"import {package}, sysconfig; p = {package}.__file__; "
+                "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)")  # fmt: skip
+        if emulator:  # compiles the emulator on first use
+            module = ctx["__torch_module_name"]
+            env.run(session, "python", "-c", f"import {package}.emulator, torch; "
+                    f"print('torch.{module} devices:', torch.{module}.device_count())", env=env_vars)  # fmt: skip
+    if name == VENDOR_NOXFILE and env.release == NEWEST:
+        return run_vendor_noxfile(session, env, project, work, emulator)
+    return run_suite(session, env, [tests], work, env_vars, device_present=emulator)
+
+
+@contextmanager
+def emulator_built_meanwhile(env: ReleaseEnv, project: Path, ctx: dict) -> Iterator[None]:
+    """Compile the render's emulator (one core) while the block runs (checks, the native build on the other).
+
+    The emulator keys its build cache by its source and torch, so the installed copy
+    later loads this build; importing it from the render's source tree only fills
+    that cache.
+    """
+    code = f"import sys; sys.path.insert(0, {str(project / 'src')!r}); import {ctx['__package']}.emulator"
+    build = subprocess.Popen([env.python, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        yield
+    finally:
+        _, errors = build.communicate()
+        if build.returncode:  # the import before the suite reports it again, in full
+            print(f"emulator build failed:\n{errors[-3000:]}", file=sys.stderr)
+
+
+def run_vendor_noxfile(session: nox.Session, env: ReleaseEnv, project: Path, work: Path, emulator: bool) -> Outcome:
+    """The rendered project's own ``nox -s lint typecheck build "tests(<release>)"``, exactly as its CI workflow
+    runs it (its own environments): every rendered session must work as shipped. It runs the suite in place of
+    run_suite, not in addition to it."""
+    junit = work / "junit.xml"
+    with session.chdir(project):
+        env.run(session, "nox", "--envdir", str(work / "vendor-nox"), "-s", "lint", "typecheck", "build",
+                f"tests({env.release})", "--", f"--junitxml={junit}", env={"TORCH_REQUIREMENT": TORCH})  # fmt: skip
+    return count(session, junit, device_present=emulator)

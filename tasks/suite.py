@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Run a rendered conformance suite against what is installed, and count what it did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from xml.etree import ElementTree
+
+import nox
+
+from tasks.envs import ReleaseEnv
+
+#: For suites run without the rendered pyproject's settings (in-tree, server-free subsets): in
+#: parallel, tests of one shared server on one xdist worker, the slowest listed.
+PYTEST_ARGS = ("-n", "auto", "--dist", "loadgroup", "--durations", "10")
+
+
+@dataclass
+class Outcome:
+    passed: int
+    skipped: int
+    seconds: float
+
+    def __str__(self) -> str:
+        return f"{self.passed} passed, {self.skipped} skipped in {self.seconds:.0f} s"
+
+
+def run_suite(
+    session: nox.Session, env: ReleaseEnv, tests: list[Path], work: Path, env_vars: dict[str, str | None],
+    *, device_present: bool, own_settings: bool = True,
+) -> Outcome:  # fmt: skip
+    """Run the suite from an empty directory (nothing may resolve to the source tree) and count it.
+
+    ``own_settings``: the suite's own pytest settings apply (a wheel's pyproject);
+    otherwise PYTEST_ARGS are passed. Without a device, the device-free tests must
+    have run and the rest been skipped.
+    """
+    run_dir = work / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    junit = work / "junit.xml"
+    extra = () if own_settings else PYTEST_ARGS
+    with session.chdir(run_dir):
+        env.run(session, "python", "-m", "pytest", "-p", "no:cacheprovider", "-ra", f"--junitxml={junit}", *extra,
+                *map(str, tests), env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
+    return count(session, junit, device_present=device_present)
+
+
+def count(session: nox.Session, junit: Path, *, device_present: bool) -> Outcome:
+    """Passed and skipped tests of a suite's JUnit report; without a device, both must be above zero."""
+    root = ElementTree.parse(junit).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    assert suite is not None, f"no test suite in {junit}"
+    skipped = sum(1 for case in suite.iter("testcase") if case.find("skipped") is not None)
+    outcome = Outcome(int(suite.get("tests", 0)) - skipped, skipped, float(suite.get("time", 0)))
+    session.log(f"suite: {outcome}")
+    if not device_present and (outcome.passed == 0 or outcome.skipped == 0):
+        session.error(f"without a device the suite must run its device-free tests and skip the rest: {outcome}")
+    return outcome

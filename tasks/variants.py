@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The sample backends the template proves, declared once, as data.
+
+Everything else (the nox sessions, the matrix, the template's tests) reads the
+variants from here; the sample device name appears nowhere else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTEXT = json.loads((ROOT / "cookiecutter.json").read_text())
+#: The sample device every variant renders.
+DEVICE = "foo"
+#: The LMCache releases the rendered package supports, oldest first, and its requirement (cookiecutter.json).
+LMCACHE_RELEASES: list[str] = CONTEXT["_lmcache_tested"]
+LMCACHE_REQUIREMENT: str = CONTEXT["_lmcache_requirement"]
+NEWEST = LMCACHE_RELEASES[-1]
+#: The options a variant chooses, each with its values (the first is the template's default).
+OPTIONS = ("ownership", "lmcache_driven", "native_ops", "emulator")
+
+#: The variants proven end to end (render, build, install, the whole suite against real servers),
+#: by name. Between them every value of every option is proven end to end at least once: they are
+#: the heavy subset of the option matrix.
+VARIANTS: dict[str, dict[str, str]] = {
+    # The representative pass: every rendered module, both transfer modes, every sub-path.
+    "native-lmcache-driven": {"lmcache_driven": "default", "native_ops": "yes"},
+    "engine-driven": {"lmcache_driven": "no"},
+    "lmcache-driven-default": {"lmcache_driven": "default"},
+    "lmcache-driven-opt-in": {"lmcache_driven": "opt_in"},
+    # No emulator on a host without the device: the suite must skip what needs one and run the rest.
+    "no-emulator": {"lmcache_driven": "default", "emulator": "no"},
+    # In-tree contributions, overlaid onto an installed lmcache with their wire patch (in_tree session).
+    "in-tree-lmcache-driven-default": {"ownership": "in_tree", "lmcache_driven": "default"},
+    "in-tree-engine-driven": {"ownership": "in_tree", "lmcache_driven": "no"},
+}
+#: What ``nox -s generate_and_test`` proves with no arguments.
+REPRESENTATIVE = "native-lmcache-driven"
+#: The variant whose suite runs through the rendered project's own noxfile (as its CI workflow calls it).
+VENDOR_NOXFILE = "engine-driven"
+#: Combinations the pre-generation hook refuses (tests/test_hooks.py proves each refusal).
+REFUSED = {("in_tree", "yes"): "in-tree native ops belong in LMCache's own csrc/ build"}
+_IDS = {
+    "lmcache_driven": {"no": "engine_driven", "opt_in": "lmcache_driven_opt_in", "default": "lmcache_driven_default"},
+    "native_ops": {"no": "torch_ops", "yes": "native_ops"},
+    "emulator": {"yes": "emulator", "no": "no_emulator"},
+}
+
+
+def answers(variant: dict[str, str]) -> dict[str, str]:
+    """Every option of ``variant`` with the template's defaults filled in, and the sample device."""
+    full = {"device_name": DEVICE}
+    for option in OPTIONS:
+        full[option] = variant.get(option, CONTEXT[option][0])
+    return full
+
+
+def is_in_tree(variant: dict[str, str]) -> bool:
+    return answers(variant)["ownership"] == "in_tree"
+
+
+def combination(variant: dict[str, str]) -> tuple[str, ...]:
+    """(ownership, lmcache_driven, native_ops, emulator) of a variant."""
+    full = answers(variant)
+    return tuple(full[option] for option in OPTIONS)
+
+
+def combination_id(combo: tuple[str, ...]) -> str:
+    """A readable id, e.g. ``in_tree-lmcache_driven_default-torch_ops-emulator``."""
+    ownership, *rest = combo
+    return "-".join([ownership, *(_IDS[option][value] for option, value in zip(OPTIONS[1:], rest, strict=True))])
+
+
+def matrix() -> list[tuple[str, ...]]:
+    """Every combination of the options, minus the refused ones."""
+    combos = itertools.product(*(CONTEXT[option] for option in OPTIONS))
+    return [combo for combo in combos if (combo[0], combo[2]) not in REFUSED]
+
+
+#: The heavy subset: combination -> the variant that proves it end to end.
+HEAVY = {combination(variant): name for name, variant in VARIANTS.items()}
