@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import TEMPLATE
 
-LEFTOVER = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
-#: GitHub Actions expressions (``${{ matrix.x }}``) are meant to survive rendering.
-GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.]+ \}\}")
+from tasks.checks import files, leftover_syntax
 
 EXPECTED_FILES = {
     ".cookiecutter.json",
@@ -56,10 +54,6 @@ NATIVE_FILES = {"setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/nat
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py" for name in ("ipc_wrapper", "cache_context", "event_ipc", "pin_memory")
 }
-
-
-def files(project: Path) -> set[str]:
-    return {str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()}
 
 
 def pyproject(project: Path) -> dict:
@@ -107,8 +101,7 @@ def test_every_render_leaves_no_template_syntax(render: Callable[..., Path], cho
     """No rendered file still contains Jinja markers or ``cookiecutter.`` references, whatever the options."""
     project = render(lmcache_driven=choice, native_ops=native, ownership=ownership, emulator=emulator)
     texts = {name: (project / name).read_text() for name in files(project)}
-    texts = {name: GITHUB_EXPRESSION.sub("", text) if name.endswith(".yml") else text for name, text in texts.items()}
-    offenders = {name: match.group(0) for name, text in texts.items() if (match := LEFTOVER.search(text))}
+    offenders = {name: marker for name, text in texts.items() if (marker := leftover_syntax(name, text))}
     assert offenders == {}
 
 
