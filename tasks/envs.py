@@ -74,8 +74,11 @@ class ReleaseEnv:
             self.pip(session, "install", "--quiet", *requirements)
             return
         # Bytecode compiled at install, as pip does: the suite's many fresh interpreters import it all.
+        # TLS trusts the platform's certificate store, as pip does here (uv otherwise trusts only its
+        # own bundled roots, and an index behind a company CA fails with "UnknownIssuer").
+        tls = {name: os.environ.get(name, "1") for name in ("UV_SYSTEM_CERTS", "UV_NATIVE_TLS")}
         session.run(uv_command, "pip", "install", "--quiet", "--python", self.python, "--compile-bytecode",
-                    *requirements, external=True)  # fmt: skip
+                    *requirements, external=True, env=tls)  # fmt: skip
 
     def command(self, name: str) -> str:
         """A command of this environment by name (``python``, ``pytest``, ``lmcache``, ...)."""
