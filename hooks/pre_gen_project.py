@@ -62,12 +62,26 @@ def check_lmcache_name(field: str, value: str, builtins: list[str]) -> list[str]
     return []
 
 
+def check_torch_device_type(value: str, builtins: list[str]) -> list[str]:
+    """torch's device-string grammar: a device type is letters and underscores only (no digits)."""
+    if not IDENTIFIER.match(value) or not any(ch.isdigit() for ch in value):
+        return []  # not an identifier: check_lmcache_name already said so
+    suggestion = suggest_name(re.sub(r"_+", "_", re.sub(r"\d+", "", value)).strip("_") or "acme", builtins)
+    return [
+        f"device_name={value!r} has digits, which torch device types cannot have: "
+        f"torch.device('{value}:0') raises 'Invalid device string', so torch.{value} could not be registered "
+        f"and LMCache would never find the device. Use letters and underscores, for example "
+        f"device_name={suggestion!r} (backend_name may keep digits)"
+    ]
+
+
 def problems(answers: dict) -> list[str]:
     """Every reason the answers cannot render a working package (empty if none)."""
     builtins = list(answers["_builtin_backends"])
     found: list[str] = []
     for field in ("device_name", "backend_name"):
         found += check_lmcache_name(field, str(answers[field]), builtins)
+    found += check_torch_device_type(str(answers["device_name"]), builtins)
 
     extension = str(answers["torch_extension_module"])
     if extension and not DOTTED_MODULE.match(extension):

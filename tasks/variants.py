@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXT = json.loads((ROOT / "cookiecutter.json").read_text())
-#: The sample device every variant renders.
+#: The sample device the variants render (one renders an odd but valid name instead).
 DEVICE = "foo"
 #: The LMCache releases the rendered package supports, oldest first, and its requirement (cookiecutter.json).
 LMCACHE_RELEASES: list[str] = CONTEXT["_lmcache_tested"]
@@ -30,7 +30,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "native-lmcache-driven": {"lmcache_driven": "default", "native_ops": "yes"},
     "engine-driven": {"lmcache_driven": "no"},
     "lmcache-driven-default": {"lmcache_driven": "default"},
-    "lmcache-driven-opt-in": {"lmcache_driven": "opt_in"},
+    # An odd but valid name (24 characters, underscores) proven end to end, not only rendered and built.
+    "lmcache-driven-opt-in": {"lmcache_driven": "opt_in", "device_name": "acme_tensor_core_unit_xy"},
     # No emulator on a host without the device: the suite must skip what needs one and run the rest.
     "no-emulator": {"lmcache_driven": "default", "emulator": "no"},
     # In-tree contributions, overlaid onto an installed lmcache with their wire patch (in_tree session).
@@ -51,8 +52,8 @@ _IDS = {
 
 
 def answers(variant: dict[str, str]) -> dict[str, str]:
-    """Every option of ``variant`` with the template's defaults filled in, and the sample device."""
-    full = {"device_name": DEVICE}
+    """Every option of ``variant`` with the template's defaults filled in, and its device (the sample's by default)."""
+    full = {"device_name": variant.get("device_name", DEVICE)}
     for option in OPTIONS:
         full[option] = variant.get(option, CONTEXT[option][0])
     return full

@@ -17,6 +17,9 @@ REFUSED = [
     (["device_name=9foo"], "device_name='9foo'", "for example device_name="),
     (["device_name=" + "x" * 25], "at most 24 characters", "for example device_name="),
     (["device_name=class"], "device_name='class' is a Python keyword", "device_name='class_dev'"),
+    # torch's device strings allow letters and underscores only: torch.device("acme7") raises.
+    (["device_name=acme7"], "device_name='acme7' has digits, which torch device types cannot have", "device_name='acme'"),
+    (["device_name=acme_npu2"], "torch.device('acme_npu2:0') raises", "device_name='acme_npu'"),
     (["device_name=cuda"], "device_name='cuda' is one of LMCache's built-in backends", "device_name='acme_cuda'"),
     (["device_name=rbln"], "built-in backends", "device_name='acme_rbln'"),
     (["backend_name=npu"], "backend_name='npu' is one of LMCache's built-in backends", "backend_name='acme_npu'"),

@@ -109,17 +109,17 @@ def test_every_render_leaves_no_template_syntax(render: Callable[..., Path], cho
     "answers",
     [
         {},
-        {"device_name": "acme_npu2", "backend_name": "acme_npu2_v2"},
+        {"device_name": "acme_npu", "backend_name": "acme_npu2_v2"},
         {"device_name": "x" * 24, "torch_extension_module": "", "emulator": "no"},
-        {"device_name": "tpu7", "license": "MIT", "class_prefix": "Tpu7X"},
-        {"device_name": "gaudi9", "license": "BSD-3-Clause", "torch_extension_module": "habana.torch_ext"},
-        {"device_name": "acme_npu2", "lmcache_driven": "default"},
-        {"device_name": "tpu7", "lmcache_driven": "opt_in", "class_prefix": "Tpu7X"},
+        {"device_name": "tpu_x", "license": "MIT", "class_prefix": "Tpu7X"},
+        {"device_name": "gaudi_x", "license": "BSD-3-Clause", "torch_extension_module": "habana.torch_ext"},
+        {"device_name": "acme_npu", "lmcache_driven": "default"},
+        {"device_name": "tpu_x", "lmcache_driven": "opt_in", "class_prefix": "Tpu7X"},
         {"native_ops": "yes"},
         {"native_ops": "yes", "lmcache_driven": "default"},
     ],
     ids=[
-        "default", "digits-underscores", "long-name-builtin-torch", "mit", "bsd-dotted-extension",
+        "default", "underscores-digits-in-backend", "long-name-builtin-torch", "mit", "bsd-dotted-extension",
         "ld-default", "ld-opt-in", "native", "native-ld",
     ],  # fmt: skip
 )
@@ -136,7 +136,7 @@ def test_every_rendered_python_file_compiles(render: Callable[..., Path], answer
     "answers",
     [
         {},
-        {"device_name": "acme_npu2", "license": "MIT"},
+        {"device_name": "acme_npu", "license": "MIT"},
         {"lmcache_driven": "default"},
         {"lmcache_driven": "opt_in"},
         {"native_ops": "yes"},
