@@ -147,6 +147,48 @@ def test_cache_context_is_built_by_lmcaches_factory_and_complete(lmcache_driven)
     context.close()
 
 
+def test_closing_a_cache_context_drains_its_stream_before_unmapping_and_twice_closes_once(  # type: ignore[no-untyped-def]
+    lmcache_driven, monkeypatch
+) -> None:
+    """close() synchronizes its stream, then closes every wrapper once and drops the KV tensors; again, nothing."""
+    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
+    log: list[str] = []
+
+    class LoggedStream(runtime.Stream):  # type: ignore[misc, name-defined]
+        def synchronize(self) -> None:
+            log.append("synchronize")
+            super().synchronize()
+
+    wrapper_cls = lmcache_driven.ipc_wrapper_cls
+    close = wrapper_cls.close
+    monkeypatch.setattr(runtime, "Stream", LoggedStream)
+    monkeypatch.setattr(wrapper_cls, "close", lambda self: (log.append("close"), close(self))[1])
+    source = kv_caches()
+    context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
+    log.clear()
+    context.close()
+    assert log == ["synchronize"] + ["close"] * len(source)
+    assert list(context.kv_tensors) == []
+    context.close()
+    assert log.count("close") == len(source)
+
+
+def test_a_cache_context_that_fails_to_build_unmaps_what_it_had_mapped(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """Layout discovery raising after the caches were mapped leaves no mapping behind (the wrappers stay alive)."""
+    if not on_emulator():
+        pytest.skip("mapping counts are observable on the CPU emulator only")
+    from {{ cookiecutter.__package }}.emulator import _ext
+
+    source = kv_caches()
+    wrappers = wrap_kv_caches(source)
+    gc.collect()
+    before = _ext.live_shared_mappings()
+    with pytest.raises(ValueError, match="kv_layout"):
+        create_cache_context(wrappers, CHUNK, {"kv_layout": "no-such-layout"})
+    gc.collect()
+    assert _ext.live_shared_mappings() == before
+
+
 def test_pointer_mode_transfer_into_the_staging_buffer_reproduces_the_paged_data(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
     """The server's call shape (device pointers everywhere) gathers the same bytes as the CPU baseline."""
     from {{ cookiecutter.__package }}._lmcache_compat import TransferDirection
@@ -206,3 +248,23 @@ def test_pin_backend_is_consistent(lmcache_driven) -> None:  # type: ignore[no-u
     """The pin backend pins exactly when it says pinning is supported."""
     host = torch.empty(1 << 16, dtype=torch.uint8)
     assert lmcache_driven.pin_memory(host.data_ptr(), host.numel()) is lmcache_driven.is_pin_supported
+    assert lmcache_driven.unpin_memory(host.data_ptr()) is lmcache_driven.is_pin_supported
+
+
+def test_pinning_refuses_a_null_pointer_or_an_empty_range(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """pin_memory(0, n) and pin_memory(ptr, 0) are refused, as cudaHostRegister refuses them."""
+    host = torch.empty(4096, dtype=torch.uint8)
+    assert lmcache_driven.pin_memory(0, 4096) is False
+    assert lmcache_driven.pin_memory(host.data_ptr(), 0) is False
+
+
+def test_an_unaligned_range_pins_and_unpins_and_only_pinned_ranges_unpin(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """Any start and size round-trip (LMCache pins SHM pools at arbitrary offsets); unknown addresses do not unpin."""
+    if not lmcache_driven.is_pin_supported:
+        pytest.skip(f"{type(lmcache_driven).__name__} does not support pinning")
+    host = torch.empty(1 << 16, dtype=torch.uint8)
+    start = host.data_ptr() + 3
+    assert lmcache_driven.pin_memory(start, host.numel() - 5) is True
+    assert lmcache_driven.unpin_memory(start) is True
+    assert lmcache_driven.unpin_memory(start) is False
+    assert lmcache_driven.unpin_memory(host.data_ptr() + 1) is False

@@ -31,6 +31,23 @@ def test_kv_tensors_of_this_device_resolve_to_the_plugin_ops() -> None:
     assert type(resolve_device_ops(DEVICE)).__name__ == "{{ cookiecutter.class_prefix }}DeviceOps"
 
 
+def test_each_device_stream_has_its_own_native_handle_and_other_objects_are_refused(spec) -> None:  # type: ignore[no-untyped-def]
+    """get_stream_handle, which LMCache's base class says every platform must override (its GDS path needs it)."""
+    module = getattr(torch, spec.torch_module_name)
+    default, other = module.current_stream(0), module.Stream(0)
+    handles = spec.get_stream_handle(default), spec.get_stream_handle(other)
+    assert all(isinstance(handle, int) for handle in handles) and handles[0] != handles[1]
+    with pytest.raises(RuntimeError, match="native handle"):
+        spec.get_stream_handle(object())
+
+
+def test_lmcache_stream_facade_reaches_the_spec_for_a_device_stream(spec) -> None:  # type: ignore[no-untyped-def]
+    """lmcache.v1.platform.stream.stream_handle(device, stream) answers for this device instead of raising."""
+    facade = pytest.importorskip("lmcache.v1.platform.stream", reason="lmcache before 0.5.6 has no stream facade")
+    stream = getattr(torch, spec.torch_module_name).Stream(0)
+    assert facade.stream_handle(torch.device(DEVICE, 0), stream) == spec.get_stream_handle(stream)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_gather_d2h_matches_the_cpu_baseline(layout: str, dtype: torch.dtype) -> None:
