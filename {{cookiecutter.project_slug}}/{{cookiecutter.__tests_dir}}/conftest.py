@@ -90,23 +90,30 @@ def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
 {%- endif %}
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
+def _param(item, name: str) -> object:  # type: ignore[no-untyped-def]
+    return item.callspec.params.get(name) if hasattr(item, "callspec") else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
     """Tests on one shared server run on one xdist worker (``--dist loadgroup``), so it starts once;
-    tests with a server of their own, the longest, are handed out first.
+    tests with a server of their own, the longest, are handed out first; after pytest's own
+    reordering, each (server, module, TP size) runs contiguously, so module-scoped worker ranks
+    start once per combination (pytest alone interleaves TP sizes and restarts them).
 {%- if cookiecutter.emulator == 'no' %}
 
     Without a device (no emulator rendered), skip what needs one before any fixture starts.
 {%- endif %}
     """
-    for item in items:
-        kind = getattr(item, "callspec", None) and item.callspec.params.get("server")
-        if kind:
+    for item in items:  # before the other hooks: pytest-xdist reads the groups
+        if kind := _param(item, "server"):
             item.add_marker(pytest.mark.xdist_group(kind))
-    items.sort(key=lambda item: item.get_closest_marker("own_server") is None)
+    result = yield
+    items.sort(key=lambda item: (item.get_closest_marker("own_server") is None, str(_param(item, "server") or ""),
+                                 item.path.name, int(_param(item, "world_size") or 0)))  # fmt: skip
 {%- if cookiecutter.emulator == 'no' %}
     if DEVICE_PRESENT:
-        return
+        return result
     skip = pytest.mark.skip(
         reason="no {{ cookiecutter.device_name }} device here: install {{ cookiecutter.torch_extension_module or 'torch with ' ~ cookiecutter.device_name ~ ' support' }} "
         "on a host with the device (or render with emulator=yes to test on CPU)"
@@ -115,6 +122,7 @@ def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-unt
         if item.get_closest_marker("without_device") is None:
             item.add_marker(skip)
 {%- endif %}
+    return result
 
 
 @pytest.fixture(scope="session")
