@@ -15,7 +15,9 @@ Sessions:
                      patch) and run the same suite; undone afterwards.
   matrix             every option combination outside those variants: render, syntax, compile,
                      ruff, mypy, wheel or wire patch, and the suite files that need no server.
-  lmcache_releases   every wheel variant on one supported release: "lmcache_releases(0.5.4)".
+  lmcache_releases   one supported release: "lmcache_releases(0.5.4)". Every wheel variant on the
+                     newest; on older ones the variants whose code differs by release (``-- all``:
+                     every one).
   soak, bench        (not default) cycles through real servers; transfer figures.
 
 The variants, releases and combinations are data (tasks/variants.py, cookiecutter.json). All
@@ -46,6 +48,7 @@ from tasks.variants import (  # noqa: E402
     HEAVY,
     LMCACHE_RELEASES,
     NEWEST,
+    OLDER_RELEASE_VARIANTS,
     REPRESENTATIVE,
     ROOT,
     VARIANTS,
@@ -84,8 +87,9 @@ def generate_and_test(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 @nox.parametrize("lmcache", LMCACHE_RELEASES, ids=LMCACHE_RELEASES)
 def lmcache_releases(session: nox.Session, lmcache: str) -> None:
-    """Every wheel variant on one supported lmcache release (posargs select variants)."""
-    prove_release(session, lmcache, select(session, WHEEL_VARIANTS, default=WHEEL_VARIANTS))
+    """One supported release: every wheel variant on the newest, the release-sensitive ones on older (``-- all``)."""
+    default = WHEEL_VARIANTS if lmcache == NEWEST else OLDER_RELEASE_VARIANTS
+    prove_release(session, lmcache, select(session, WHEEL_VARIANTS, default=default))
 
 
 @nox.session(venv_backend="none")

@@ -74,7 +74,9 @@ def sync_tree(source: Path, target: Path) -> None:
 
 def build_wheel(session: nox.Session, env: ReleaseEnv, project: Path) -> Path:
     """Build the render's wheel with a PEP 517 frontend through the environment's build tree, and check it."""
-    tree = env.path / "build-tree"
+    # One persistent tree per kind of build, so building a pure-Python variant in between does not
+    # delete the native sources and force the next native build to compile everything again.
+    tree = env.path / ("build-tree-native" if context(project)["native_ops"] == "yes" else "build-tree")
     sync_tree(project, tree)
     dist = env.path / "dist"
     shutil.rmtree(dist, ignore_errors=True)

@@ -40,6 +40,11 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 #: What ``nox -s generate_and_test`` proves with no arguments.
 REPRESENTATIVE = "native-lmcache-driven"
+#: What ``lmcache_releases`` proves on a release older than the newest (``-- all``: every wheel variant):
+#: the variants whose code differs by release. The compat layer's capability spellings, wire format
+#: (pickle before 0.5.6) and transfer-mode resolution all run in the representative pass; the spec
+#: without LMCache-driven transfer is the other shape the compat layer must serve.
+OLDER_RELEASE_VARIANTS = [REPRESENTATIVE, "engine-driven"]
 #: The variant whose suite runs through the rendered project's own noxfile (as its CI workflow calls it).
 VENDOR_NOXFILE = "engine-driven"
 #: Combinations the pre-generation hook refuses (tests/test_hooks.py proves each refusal).
