@@ -23,8 +23,8 @@ from tasks.checks import context
 from tasks.envs import TORCH, ReleaseEnv
 from tasks.progress import timed
 from tasks.project import build_wheel, check_statically, install_wheel, render
-from tasks.suite import Outcome, count, run_suite
-from tasks.variants import NEWEST, VARIANTS, VENDOR_NOXFILE, is_in_tree
+from tasks.suite import Outcome, count, run_contract, run_suite
+from tasks.variants import NEWEST, REPRESENTATIVE, VARIANTS, VENDOR_NOXFILE, is_in_tree
 
 
 def select(session: nox.Session, names: list[str], default: list[str]) -> list[str]:
@@ -86,7 +86,10 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path) 
                     f"print('torch.{module} devices:', torch.{module}.device_count())", env=env_vars)  # fmt: skip
     if name == VENDOR_NOXFILE and env.release == NEWEST:
         return run_vendor_noxfile(session, env, project, work, emulator)
-    return run_suite(session, env, [tests], work, env_vars, device_present=emulator)
+    outcome = run_suite(session, env, [tests], work, env_vars, device_present=emulator)
+    if name == REPRESENTATIVE:
+        outcome.also = run_contract(session, env, project, work, env_vars)
+    return outcome
 
 
 @contextmanager

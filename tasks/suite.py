@@ -21,9 +21,11 @@ class Outcome:
     passed: int
     skipped: int
     seconds: float
+    #: What else ran after the suite (LMCache's own tests), for the timing table.
+    also: str = ""
 
     def __str__(self) -> str:
-        return f"{self.passed} passed, {self.skipped} skipped in {self.seconds:.0f} s"
+        return f"{self.passed} passed, {self.skipped} skipped in {self.seconds:.0f} s{self.also}"
 
 
 def run_suite(
@@ -57,3 +59,17 @@ def count(session: nox.Session, junit: Path, *, device_present: bool) -> Outcome
     if not device_present and (outcome.passed == 0 or outcome.skipped == 0):
         session.error(f"without a device the suite must run its device-free tests and skip the rest: {outcome}")
     return outcome
+
+
+def run_contract(
+    session: nox.Session, env: ReleaseEnv, project: Path, work: Path, env_vars: dict[str, str | None]
+) -> str:
+    """LMCache's own platform tests from its sdist against the installed plugin (the rendered
+    tests/lmcache_contract.py, as ``nox -s lmcache_contract`` runs it); a summary for the timing table."""
+    out = work / "lmcache-contract"
+    with session.chdir(work):
+        env.run(session, "python", str(project / "tests" / "lmcache_contract.py"), "--work", str(out),
+                env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
+    outcomes = [count(session, junit, device_present=True) for junit in sorted(out.glob("contract-*.xml"))]
+    passed, skipped = sum(o.passed for o in outcomes), sum(o.skipped for o in outcomes)
+    return f"; LMCache's own tests: {passed} passed, {skipped} skipped"

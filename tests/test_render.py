@@ -40,6 +40,8 @@ EXPECTED_FILES = {
     "tests/_support.py",
     "tests/conftest.py",
     "tests/e2e_worker.py",
+    "tests/lmcache_contract.py",
+    "tests/lmcache_contract.toml",
     "tests/soak.py",
     "tests/test_discovery.py",
     "tests/test_doctor.py",
@@ -254,7 +256,7 @@ def test_rendered_ci_workflow_runs_existing_nox_sessions_on_every_tested_lmcache
     assert jobs["conformance"]["strategy"]["matrix"]["lmcache"] == context["_lmcache_tested"]
     commands = [step["run"] for job in jobs.values() for step in job["steps"] if "run" in step]
     invoked = {arg.split("(")[0] for cmd in commands if cmd.startswith("nox -s ") for arg in shlex.split(cmd)[2:]}
-    assert {"lint", "typecheck", "build", "tests"} <= invoked <= noxfile_sessions(project)
+    assert {"lint", "typecheck", "build", "tests", "lmcache_contract"} <= invoked <= noxfile_sessions(project)
     assert "${{ matrix.lmcache }}" in (project / ".github/workflows/ci.yml").read_text()
 
 
@@ -272,7 +274,7 @@ def test_rendered_tooling_configures_pre_commit_line_endings_and_mypy(render: Ca
 
 
 def test_rendered_noxfile_offers_the_template_sessions_per_tested_release(render: Callable[..., Path]) -> None:
-    """``nox --list`` in the rendered project shows lint, typecheck, build, soak and tests(<release>) per release."""
+    """``nox --list`` shows lint, typecheck, build, soak, and tests(<release>) and lmcache_contract(<release>) per release."""
     nox = shutil.which("nox")
     assert nox, "nox is a test dependency of the template (the tests session installs it)"
     project = render()
@@ -280,7 +282,7 @@ def test_rendered_noxfile_offers_the_template_sessions_per_tested_release(render
     assert done.returncode == 0, done.stderr
     listed = {entry["session"] for entry in json.loads(done.stdout)}
     tested = json.loads((TEMPLATE / "cookiecutter.json").read_text())["_lmcache_tested"]
-    assert {"lint", "typecheck", "build", *(f"tests({v})" for v in tested)} <= listed
+    assert {"lint", "typecheck", "build", *(f"tests({v})" for v in tested), *(f"lmcache_contract({v})" for v in tested)} <= listed
     assert "soak" in noxfile_sessions(project)  # not a default session, so --list --json leaves it out
 
 
