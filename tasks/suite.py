@@ -21,11 +21,13 @@ class Outcome:
     passed: int
     skipped: int
     seconds: float
-    #: What else ran after the suite (LMCache's own tests), for the timing table.
+    #: What else ran after the suite (LMCache's own tests) and how long it took, for the timing table.
     also: str = ""
+    also_seconds: float = 0.0
 
     def __str__(self) -> str:
-        return f"{self.passed} passed, {self.skipped} skipped in {self.seconds:.0f} s{self.also}"
+        also = f"; {self.also} in {self.also_seconds:.0f} s" if self.also else ""
+        return f"{self.passed} passed, {self.skipped} skipped in {self.seconds:.0f} s{also}"
 
 
 def run_suite(
@@ -72,4 +74,4 @@ def run_contract(
                 env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
     outcomes = [count(session, junit, device_present=True) for junit in sorted(out.glob("contract-*.xml"))]
     passed, skipped = sum(o.passed for o in outcomes), sum(o.skipped for o in outcomes)
-    return f"; LMCache's own tests: {passed} passed, {skipped} skipped"
+    return f"LMCache's own tests: {passed} passed, {skipped} skipped"
