@@ -23,7 +23,7 @@ from tasks.suite import run_suite
 from tasks.variants import NEWEST, OPTIONS, combination_id
 
 #: The rendered suite's files that need no server.
-UNIT_SUITE = ("test_discovery.py", "test_ops_parity.py", "test_lmcache_driven.py", "test_native_ops.py")
+UNIT_SUITE = ("test_discovery.py", "test_ops_parity.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py")
 
 
 def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:

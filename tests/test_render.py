@@ -48,6 +48,7 @@ EXPECTED_FILES = {
     "tests/test_e2e_engine_driven.py",
     "tests/test_e2e_lmcache_driven.py",
     "tests/test_faults.py",
+    "tests/test_ipc_wrapper.py",
     "tests/test_lmcache_driven.py",
     "tests/test_native_ops.py",
     "tests/test_ops_parity.py",

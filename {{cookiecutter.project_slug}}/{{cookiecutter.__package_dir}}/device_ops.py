@@ -116,22 +116,12 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         dtype: torch.dtype,
         device: torch.device,
     ) -> torch.Tensor:
-        """A zero-copy {{ cookiecutter.device_name }} tensor over device memory at ``ptr``.
+        """A zero-copy {{ cookiecutter.device_name }} tensor over device memory at ``ptr`` (see ``device_tensor``).
 
-        The tensor does not own the memory: the caller keeps it alive.
-
-        TODO(vendor): if your runtime offers its own zero-copy constructor, use it;
-        this generic version works for any torch backend that implements
-        ``Tensor.set_(storage, ...)``.
+        A ``device`` without an index means the device that owns the memory,
+        never the current one: LMCache passes ``torch.device("{{ cookiecutter.device_name }}")``.
         """
-        if ptr == 0:
-            raise ValueError("tensor_from_ptr needs a non-zero device pointer")
-        target = torch.device(device)
-        if target.index is None:
-            target = torch.device(target.type, getattr(torch, TORCH_MODULE_NAME).current_device())
-        nbytes = math.prod(shape) * dtype.itemsize
-        storage = torch._C._construct_storage_from_data_pointer(ptr, target, nbytes)
-        return torch.empty(0, dtype=dtype, device=target).set_(storage, 0, shape, _contiguous_strides(shape))
+        return device_tensor(ptr, shape, dtype, torch.device(device))
 
     def lmcache_memcpy_async(
         self,
@@ -272,6 +262,26 @@ def _announce_pointer_mode() -> None:
         _announced_pointer_mode = True
         logger.info("{{ cookiecutter.class_prefix }}DeviceOps: serving pointer-mode multi_layer_block_kv_transfer")
 {%- endif %}
+
+
+def device_tensor(ptr: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A contiguous tensor over {{ cookiecutter.device_name }} memory at ``ptr``; it does not own the memory.
+
+    TODO(vendor): if your runtime offers its own zero-copy constructor, use it;
+    this generic version works for any torch backend that implements
+    ``Tensor.set_(storage, ...)``. ``pointer_device`` is the emulator's
+    cudaPointerGetAttributes: ask your runtime which device owns ``ptr``.
+    """
+    if ptr == 0:
+        raise ValueError("tensor_from_ptr needs a non-zero device pointer")
+    if device.index is None:
+        device = torch.device(DEVICE_TYPE, getattr(torch, TORCH_MODULE_NAME).pointer_device(ptr))
+    nbytes = math.prod(shape) * dtype.itemsize
+    try:
+        storage = torch._C._construct_storage_from_data_pointer(ptr, device, nbytes)
+        return torch.empty(0, dtype=dtype, device=device).set_(storage, 0, shape, _contiguous_strides(shape))
+    except Exception as exc:
+        raise RuntimeError(f"cannot view {device} memory at 0x{ptr:x} as {tuple(shape)} {dtype}: {exc}") from exc
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -93,16 +93,24 @@ def test_memcpy_tensor_mode_matches_the_cpu_baseline() -> None:
     assert same_bytes(dest, expected)
 
 
+def device_at(index: int) -> str:
+    """``{{ cookiecutter.device_name }}:index``, skipping the test on a host with fewer devices."""
+    if index >= getattr(torch, "{{ cookiecutter.__torch_module_name }}").device_count():
+        pytest.skip(f"needs {index + 1} {DEVICE} devices")
+    return f"{DEVICE}:{index}"
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["device0", "device1-while-device0-is-current"])
 @pytest.mark.parametrize("direction", ["H2D", "D2H"])
-def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str) -> None:
-    """Pointer-mode lmcache_memcpy_async moves the bytes and never loads the CUDA runtime."""
+def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str, index: int) -> None:
+    """Pointer-mode lmcache_memcpy_async moves the bytes on the memory's own device, never through libcudart."""
     from {{ cookiecutter.__package }} import _lmcache_compat as compat
 
     TransferDirection = compat.TransferDirection
 
     nbytes = 4096 + 17
     host = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
-    dev = torch.randint(0, 255, (nbytes,), dtype=torch.uint8).to(DEVICE)
+    dev = torch.randint(0, 255, (nbytes,), dtype=torch.uint8).to(device_at(index))
     expected = (host if direction == "H2D" else dev.cpu()).clone()
     ops = resolve_device_ops(DEVICE)
     if direction == "H2D":
@@ -116,12 +124,19 @@ def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str) -> N
     assert not compat.baseline_loaded_cuda_runtime()
 
 
-def test_tensor_from_ptr_aliases_device_memory() -> None:
-    """tensor_from_ptr returns a view of the same device memory, not a copy."""
-    base = torch.arange(64, dtype=torch.float32).to(DEVICE)
+@pytest.mark.parametrize("index", [0, 1], ids=["device0", "device1-while-device0-is-current"])
+def test_tensor_from_ptr_aliases_device_memory_on_the_memorys_own_device(index: int) -> None:
+    """tensor_from_ptr(ptr, ..., a device without index) views the same memory, on the device that owns it."""
+    base = torch.arange(64, dtype=torch.float32).to(device_at(index))
     ops = resolve_device_ops(DEVICE)
     view = ops.tensor_from_ptr(base.data_ptr() + 16 * 4, (4, 8), torch.float32, torch.device(DEVICE))
-    assert view.device.type == DEVICE and view.data_ptr() == base.data_ptr() + 64
+    assert view.device == base.device and view.data_ptr() == base.data_ptr() + 64
     assert same_bytes(view, base.cpu()[16:48].reshape(4, 8))
     view.fill_(-1)
     assert bool((base.cpu()[16:48] == -1).all()) and float(base.cpu()[15]) == 15.0
+
+
+def test_tensor_from_ptr_refuses_a_null_pointer() -> None:
+    """Pointer 0 is a ValueError naming the call, not a tensor over address 0."""
+    with pytest.raises(ValueError, match="non-zero"):
+        resolve_device_ops(DEVICE).tensor_from_ptr(0, (4,), torch.uint8, torch.device(DEVICE))

@@ -1,0 +1,180 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""The IPC wrapper as LMCache's server uses it: descriptors, views, mappings and their lifetime.
+
+A device runtime maps an exported allocation once per process, however often
+its handle is opened, and one close unmaps it for every user; the layers of a
+KV cache often share one allocation. These tests hold the wrapper to those
+rules (the CPU emulator enforces them: a closed mapping cannot be used).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from _support import run_python, seeded_kv
+from conftest import on_emulator
+from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper
+
+DEVICE = "{{ cookiecutter.device_name }}"
+#: Per layer (2, blocks, block_size, heads, head_size): large enough to be exportable.
+SHAPE = (2, 32, 16, 2, 32)
+
+
+def kv_caches(seed: int = 0) -> dict[str, torch.Tensor]:
+    return seeded_kv(SHAPE, seed, device=DEVICE)
+
+
+def received(spec, tensor: torch.Tensor):  # type: ignore[no-untyped-def]
+    """The wrapper of ``tensor`` as the server receives it: through LMCache's codec."""
+    return DeviceIPCWrapper.Deserialize(DeviceIPCWrapper.Serialize(spec.ipc_wrapper_cls.wrap(tensor)))
+
+
+def open_mappings() -> int:
+    from {{ cookiecutter.__package }}.emulator import _ext
+
+    return len(_ext.ipc_imports())
+
+
+def test_wrapper_serializes_through_lmcaches_codec_and_back(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """DeviceIPCWrapper.Serialize -> Deserialize gives an equal wrapper of the plugin's class."""
+    wrapper = lmcache_driven.ipc_wrapper_cls.wrap(kv_caches()["layer.0"])
+    restored = DeviceIPCWrapper.Deserialize(DeviceIPCWrapper.Serialize(wrapper))
+    assert type(restored) is type(wrapper) and restored == wrapper
+
+
+def test_wrapped_tensor_aliases_the_original_memory(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """to_tensor() maps the same memory: equal bytes, and a write through it shows in the original."""
+    tensor = kv_caches()["layer.1"]
+    wrapper = received(lmcache_driven, tensor)
+    view = wrapper.to_tensor()
+    assert view.device == tensor.device and view.shape == tensor.shape and view.dtype == tensor.dtype
+    assert torch.equal(view.cpu(), tensor.cpu())
+    view[1, 3].fill_(7.0)
+    assert bool((tensor[1, 3].cpu() == 7.0).all())
+    wrapper.close()
+
+
+def test_an_interior_view_is_mapped_at_its_own_offset_and_a_second_process_writes_only_its_bytes(  # type: ignore[no-untyped-def]
+    lmcache_driven,
+) -> None:
+    """A layer that starts inside a larger allocation: another process reads it and writes it, neighbours untouched."""
+    pool = kv_caches()["layer.2"]
+    before = pool.cpu()
+    layer = pool[1, 5:20]  # same handle as the pool, a byte offset inside it
+    checksum = str(float(layer.double().sum().cpu()))
+    payload = DeviceIPCWrapper.Serialize(lmcache_driven.ipc_wrapper_cls.wrap(layer))
+    done = run_python(
+        f"""
+import lmcache, torch
+from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper
+wrapper = DeviceIPCWrapper.Deserialize(bytes.fromhex({payload.hex()!r}))
+view = wrapper.to_tensor()
+print(view.shape, view.stride(), float(view.double().sum().cpu()))
+view.fill_(-3.0)
+wrapper.close()
+"""
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == checksum
+    after = pool.cpu()
+    assert bool((after[1, 5:20] == -3.0).all())
+    after[1, 5:20] = before[1, 5:20]
+    assert torch.equal(after, before), "bytes outside the wrapped view changed"
+    assert "still open at exit" not in done.stderr
+
+
+def test_a_strided_view_is_rebuilt_with_its_strides(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """A non-contiguous layer (blocks with a step, heads transposed) comes back element for element."""
+    layer = kv_caches(seed=3)["layer.0"][:, ::3].transpose(2, 3)
+    wrapper = received(lmcache_driven, layer)
+    view = wrapper.to_tensor()
+    assert view.stride() == layer.stride() and torch.equal(view.cpu(), layer.cpu())
+    wrapper.close()
+
+
+def test_layers_sharing_one_allocation_stay_mapped_until_the_last_wrapper_closes(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """Closing one layer's wrapper leaves its neighbour's usable; the last close unmaps; closing twice is harmless."""
+    pool = kv_caches(seed=4)["layer.0"]
+    first, second = received(lmcache_driven, pool[0]), received(lmcache_driven, pool[1])
+    assert first.handle == second.handle, "both layers live in one allocation"
+    mappings = open_mappings() if on_emulator() else 0
+    first_view, second_view = first.to_tensor(), second.to_tensor()
+    first.to_tensor()  # a second reference from the same wrapper
+    if on_emulator():
+        assert open_mappings() == mappings + 1, "one mapping per (process, allocation)"
+    first.close()
+    first.close()
+    assert torch.equal(second_view.cpu(), pool[1].cpu()), "closing one layer unmapped its neighbour"
+    second.close()
+    if on_emulator():
+        assert open_mappings() == mappings, "the last close must unmap the allocation"
+        with pytest.raises(RuntimeError, match="closed"):
+            first_view.cpu()  # the emulator refuses memory whose mapping was closed
+    second.close()
+    reopened = received(lmcache_driven, pool[1])
+    assert torch.equal(reopened.to_tensor().cpu(), pool[1].cpu()), "an allocation maps again after its last close"
+    reopened.close()
+
+
+def test_closing_a_wrapper_unmaps_even_while_its_tensors_live(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """close() releases a dead worker's memory: the mapping does not wait for the garbage collector."""
+    if not on_emulator():
+        pytest.skip("mappings are observable on the CPU emulator only")
+    wrapper = received(lmcache_driven, kv_caches()["layer.0"])
+    mappings = open_mappings()
+    view = wrapper.to_tensor()
+    assert open_mappings() == mappings + 1
+    wrapper.close()
+    assert open_mappings() == mappings and view.numel() > 0
+
+
+def test_a_wrapper_built_in_another_thread_maps_the_same_memory(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """LMCache's server threads wrap and map KV caches off the main thread."""
+    tensor = kv_caches(seed=6)["layer.1"]
+    results: list[object] = []
+
+    def build() -> None:
+        try:
+            wrapper = received(lmcache_driven, tensor)
+            results.append((wrapper, wrapper.to_tensor()))
+        except Exception as exc:  # pragma: no cover - reported below
+            results.append(exc)
+
+    worker = threading.Thread(target=build)
+    worker.start()
+    worker.join(60)
+    (result,) = results
+    assert not isinstance(result, Exception), result
+    wrapper, view = result  # type: ignore[misc]
+    assert torch.equal(view.cpu(), tensor.cpu())
+    wrapper.close()
+
+
+def test_memory_of_the_second_device_is_wrapped_and_mapped_on_that_device(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """TP=2 on one host: a layer on device 1 while device 0 is current maps as device 1's memory."""
+    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
+    if runtime.device_count() < 2:
+        pytest.skip(f"needs two {DEVICE} devices")
+    layer = seeded_kv(SHAPE, 7, device=f"{DEVICE}:1")["layer.0"]
+    assert runtime.current_device() == 0
+    wrapper = received(lmcache_driven, layer)
+    view = wrapper.to_tensor()
+    assert view.device == torch.device(DEVICE, 1) and torch.equal(view.cpu(), layer.cpu())
+    wrapper.close()
+
+
+def test_a_corrupted_descriptor_is_refused_and_maps_nothing(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """Truncated payloads fail to decode; a wrapper whose handle is garbage fails to map, with nothing left open."""
+    payload = DeviceIPCWrapper.Serialize(lmcache_driven.ipc_wrapper_cls.wrap(kv_caches()["layer.0"]))
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the codec's own error type differs by release
+        DeviceIPCWrapper.Deserialize(payload[: len(payload) // 2])
+    wrapper = DeviceIPCWrapper.Deserialize(payload)
+    wrapper.handle = b"\x00" * 3
+    mappings = open_mappings() if on_emulator() else 0
+    with pytest.raises((ValueError, RuntimeError)):
+        wrapper.to_tensor()
+    if on_emulator():
+        assert open_mappings() == mappings
+    wrapper.close()
