@@ -43,6 +43,7 @@ EXPECTED_FILES = {
     "tests/lmcache_contract.py",
     "tests/lmcache_contract.toml",
     "tests/soak.py",
+    "tests/test_cache_context.py",
     "tests/test_discovery.py",
     "tests/test_doctor.py",
     "tests/test_e2e_engine_driven.py",

@@ -8,18 +8,12 @@ both answers.
 
 from __future__ import annotations
 
-import gc
 import types
 
-import lmcache
 import pytest
 import torch
 from _support import seeded_kv
-from conftest import on_emulator
-from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu
 from lmcache.v1.multiprocess.transfer_context.worker_transfer import create_transfer_context
-from lmcache.v1.platform.cache_context import create_cache_context
-from lmcache.v1.platform.kv_wrap import wrap_kv_caches
 
 from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode
 
@@ -60,94 +54,6 @@ def test_lmcache_driven_mode_is_served_or_refused_clearly(spec) -> None:  # type
     else:
         with pytest.raises(ValueError, match="engine_driven"):
             create_transfer_context(kv_caches(), instance_id=0, req_client=None, mode="lmcache_driven")
-
-
-# ---------------------------------------------------------- cache context --
-
-
-def test_cache_context_is_built_by_lmcaches_factory_and_complete(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """create_cache_context() dispatches to the plugin and returns a context with no abstract member left."""
-    source = kv_caches()  # the exporter keeps its memory alive while the server maps it
-    context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
-    assert type(context).__module__.startswith("{{ cookiecutter.__package }}.")
-    assert not getattr(type(context), "__abstractmethods__", set())
-    assert context.device.type == DEVICE and context.num_layers == 3
-    assert context.get_kernel_group_kv_pointers(0).device.type == DEVICE
-    assert callable(context.cupy_stream.launch_host_func) and isinstance(context.cupy_stream.ptr, int)
-    context.close()
-
-
-def test_closing_a_cache_context_drains_its_stream_before_unmapping_and_twice_closes_once(  # type: ignore[no-untyped-def]
-    lmcache_driven, monkeypatch
-) -> None:
-    """close() synchronizes its stream, then closes every wrapper once and drops the KV tensors; again, nothing."""
-    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
-    log: list[str] = []
-
-    class LoggedStream(runtime.Stream):  # type: ignore[misc, name-defined]
-        def synchronize(self) -> None:
-            log.append("synchronize")
-            super().synchronize()
-
-    wrapper_cls = lmcache_driven.ipc_wrapper_cls
-    close = wrapper_cls.close
-    monkeypatch.setattr(runtime, "Stream", LoggedStream)
-    monkeypatch.setattr(wrapper_cls, "close", lambda self: (log.append("close"), close(self))[1])
-    source = kv_caches()
-    context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
-    log.clear()
-    context.close()
-    assert log == ["synchronize"] + ["close"] * len(source)
-    assert list(context.kv_tensors) == []
-    context.close()
-    assert log.count("close") == len(source)
-
-
-def test_a_cache_context_that_fails_part_way_unmaps_what_it_had_mapped(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """The last layer failing to map after the others were mapped leaves no mapping behind (the wrappers stay alive)."""
-    if not on_emulator():
-        pytest.skip("mapping counts are observable on the CPU emulator only")
-    from {{ cookiecutter.__package }}.emulator import _ext
-
-    def unmappable() -> torch.Tensor:
-        raise RuntimeError("the runtime could not map this allocation")
-
-    source = kv_caches()
-    wrappers = list(wrap_kv_caches(source))
-    wrappers[-1].to_tensor = unmappable
-    gc.collect()
-    before = _ext.live_shared_mappings()
-    with pytest.raises(RuntimeError, match="could not map"):  # the spec's hook: lmcache 0.5.4's dispatcher maps first
-        lmcache_driven.create_cache_context(wrappers, CHUNK, {"kv_layout": "NHD"})
-    gc.collect()
-    assert _ext.live_shared_mappings() == before
-
-
-def test_pointer_mode_transfer_into_the_staging_buffer_reproduces_the_paged_data(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """The server's call shape (device pointers everywhere) gathers the same bytes as the CPU baseline."""
-    from {{ cookiecutter.__package }}._lmcache_compat import TransferDirection
-
-    source = kv_caches(seed=5)
-    expected = gather_paged_kv_to_cpu(
-        {k: v.cpu() for k, v in source.items()}, [9, 4], CHUNK // SHAPE[2], layout_hints={"kv_layout": "NHD"}
-    )[0]
-    context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
-    staging = context.get_temp_kernel_group_buffer(0, 0)
-    staging.zero_()
-    lmcache.device_ops.multi_layer_block_kv_transfer(
-        context.get_kernel_group_kv_pointers(0),
-        [staging.data_ptr()],
-        torch.tensor([9, 4], dtype=torch.long, device=context.device),
-        context.device,
-        TransferDirection.D2H,
-        context.get_shape_desc(0),
-        CHUNK,
-        context.get_engine_kv_format(0),
-        0,
-    )
-    torch.{{ cookiecutter.__torch_module_name }}.synchronize()  # type: ignore[attr-defined]
-    assert torch.equal(staging.cpu().reshape(expected.shape).view(torch.uint8), expected.view(torch.uint8))
-    context.close()
 
 
 # -------------------------------------------------------------- event IPC --
