@@ -24,13 +24,9 @@ from tasks.variants import NEWEST, OPTIONS, combination_id
 
 #: The rendered suite's files that need no server.
 UNIT_SUITE = (
-    "test_discovery.py",
-    "test_ops_parity.py",
-    "test_ipc_wrapper.py",
-    "test_cache_context.py",
-    "test_lmcache_driven.py",
+    "test_discovery.py", "test_ops_parity.py", "test_ipc_wrapper.py", "test_cache_context.py", "test_lmcache_driven.py",
     "test_native_ops.py",
-)
+)  # fmt: skip
 
 
 def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
@@ -45,54 +41,32 @@ def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
             check_statically(session, env, project, cache=env.path / "mypy-cache")
         ctx = context(project)
         emulator = ctx["emulator"] == "yes"
-        env_vars: dict[str, str | None] = {
-            ctx["__emulator_env_var"]: "1" if emulator else None
-        }
+        env_vars: dict[str, str | None] = {ctx["__emulator_env_var"]: "1" if emulator else None}
         tests = [project / ctx["__tests_dir"] / name for name in UNIT_SUITE]
         env.uninstall_plugins(session, ctx["project_slug"])
         if ctx["ownership"] == "wheel":
             with timings.step("build, inspect and install the wheel"):
                 install_wheel(session, env, build_wheel(session, env, project))
             with timings.step("server-free suite") as step:
-                step.result = str(
-                    run_suite(
-                        session, env, tests, work, env_vars, device_present=emulator
-                    )
-                )
+                step.result = str(run_suite(session, env, tests, work, env_vars, device_present=emulator))
             return
         patches = wire_patches(project)
         if (ctx["lmcache_driven"] != "no") != bool(patches):
-            session.error(
-                f"expected {'a' if ctx['lmcache_driven'] != 'no' else 'no'} wire patch, found {patches}"
-            )
+            session.error(f"expected {'a' if ctx['lmcache_driven'] != 'no' else 'no'} wire patch, found {patches}")
         with timings.step("patch applies; mypy inside an LMCache checkout"):
             typecheck_in_checkout(session, env, project, ctx["backend_name"])
         with timings.step("overlay onto lmcache; server-free suite") as step:
             with env.overlaid(session, project, ctx["backend_name"]):
-                outcome = run_suite(
-                    session,
-                    env,
-                    tests,
-                    work,
-                    env_vars,
-                    device_present=emulator,
-                    own_settings=False,
-                )
+                outcome = run_suite(session, env, tests, work, env_vars, device_present=emulator, own_settings=False)
             step.result = str(outcome)
 
 
-def typecheck_in_checkout(
-    session: nox.Session, env: ReleaseEnv, project: Path, backend: str
-) -> None:
+def typecheck_in_checkout(session: nox.Session, env: ReleaseEnv, project: Path, backend: str) -> None:
     """mypy on the contribution inside LMCache's sources (the installed release's Python files) with the
     contribution and its patch applied, as a reviewer's checkout has them."""
     checkout = env.path / "lmcache-checkout"
     if not checkout.exists():
-        shutil.copytree(
-            env.site_packages(session) / "lmcache",
-            checkout / "lmcache",
-            ignore=_all_but_python_sources,
-        )
+        shutil.copytree(env.site_packages(session) / "lmcache", checkout / "lmcache", ignore=_all_but_python_sources)
     with overlay_in_tree(session, project, checkout, backend), session.chdir(checkout):
         # errors in LMCache's own modules are not ours to report
         env.run(session, "mypy", "--ignore-missing-imports", "--explicit-package-bases", "--follow-imports=silent",
@@ -103,8 +77,4 @@ def typecheck_in_checkout(
 def _all_but_python_sources(directory: str, names: list[str]) -> list[str]:
     """copytree's ignore: everything but directories and Python sources."""
     keep = (".py", ".pyi")
-    return [
-        n
-        for n in names
-        if n == "__pycache__" or not (n.endswith(keep) or Path(directory, n).is_dir())
-    ]
+    return [n for n in names if n == "__pycache__" or not (n.endswith(keep) or Path(directory, n).is_dir())]
