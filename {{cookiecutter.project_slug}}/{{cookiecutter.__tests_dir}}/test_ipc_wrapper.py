@@ -178,3 +178,36 @@ def test_a_corrupted_descriptor_is_refused_and_maps_nothing(lmcache_driven) -> N
     if on_emulator():
         assert open_mappings() == mappings
     wrapper.close()
+
+
+def test_a_workers_kv_cache_list_crosses_lmcaches_message_queue_codec(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """REGISTER_KV_CACHE's payload (zmq transport): the msgpack codec LMCache uses returns equal, mappable wrappers."""
+    from lmcache.v1.multiprocess.custom_types import KVCache, get_customized_decoder, get_customized_encoder
+
+    source = kv_caches(seed=14)
+    wrappers = [lmcache_driven.ipc_wrapper_cls.wrap(tensor) for tensor in source.values()]
+    decoded = get_customized_decoder(KVCache).decode(get_customized_encoder(KVCache).encode(wrappers))
+    assert [type(w) for w in decoded] == [type(w) for w in wrappers] and decoded == wrappers
+    for wrapper, tensor in zip(decoded, source.values(), strict=True):
+        assert torch.equal(wrapper.to_tensor().cpu(), tensor.cpu())
+        wrapper.close()
+
+
+def test_a_wrapper_crosses_lmcaches_grpc_codec(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """The gRPC transport (lmcache 0.5.6+) carries the wrapper in a protobuf message: it comes back equal and maps."""
+    try:
+        from lmcache.v1.multiprocess.transport.grpc_impl._proto_gen import common_pb2
+        from lmcache.v1.multiprocess.transport.grpc_impl.codecs.common import get_message_codecs
+    except ModuleNotFoundError as missing:
+        if missing.name is not None and missing.name.startswith("lmcache"):
+            pytest.skip(f"this lmcache release has no gRPC transport ({missing.name}); it arrived in 0.5.6")
+        raise
+    tensor = kv_caches(seed=15)["layer.0"]
+    wrapper = lmcache_driven.ipc_wrapper_cls.wrap(tensor)
+    (codec,) = get_message_codecs()
+    message = common_pb2.DeviceIpcWrapper()
+    codec.writer(message, wrapper)
+    restored = codec.reader(common_pb2.DeviceIpcWrapper.FromString(message.SerializeToString()))
+    assert type(restored) is type(wrapper) and restored == wrapper
+    assert torch.equal(restored.to_tensor().cpu(), tensor.cpu())
+    restored.close()

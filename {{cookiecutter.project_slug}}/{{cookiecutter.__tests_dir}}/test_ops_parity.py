@@ -140,3 +140,17 @@ def test_tensor_from_ptr_refuses_a_null_pointer() -> None:
     """Pointer 0 is a ValueError naming the call, not a tensor over address 0."""
     with pytest.raises(ValueError, match="non-zero"):
         resolve_device_ops(DEVICE).tensor_from_ptr(0, (4,), torch.uint8, torch.device(DEVICE))
+
+
+def test_tensor_from_ptr_reports_a_view_it_cannot_build_as_runtime_error() -> None:
+    """A shape the memory cannot hold fails as RuntimeError naming the address, not deep inside torch."""
+    base = torch.zeros(64, dtype=torch.uint8).to(DEVICE)
+    with pytest.raises(RuntimeError, match="cannot view"):
+        resolve_device_ops(DEVICE).tensor_from_ptr(base.data_ptr(), (-1, 4), torch.uint8, torch.device(DEVICE))
+
+
+def test_cpu_kv_caches_in_the_same_process_keep_lmcaches_own_ops() -> None:
+    """With the plugin loaded, CPU tensors still resolve to LMCache's ops, this device's tensors to the plugin's."""
+    cpu_ops = resolve_device_ops("cpu")
+    assert type(cpu_ops).__module__.startswith("lmcache."), type(cpu_ops)
+    assert type(resolve_device_ops(DEVICE)).__module__.startswith("{{ cookiecutter.__package }}.")
