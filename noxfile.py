@@ -45,6 +45,7 @@ from tasks.progress import timed  # noqa: E402
 from tasks.project import build_wheel, install_wheel, render  # noqa: E402
 from tasks.prove import prove_release, select  # noqa: E402
 from tasks.variants import (  # noqa: E402
+    CONTRACT_SUITES,
     HEAVY,
     LMCACHE_RELEASES,
     NEWEST,
@@ -89,7 +90,7 @@ def generate_and_test(session: nox.Session) -> None:
 def lmcache_releases(session: nox.Session, lmcache: str) -> None:
     """One supported release: every wheel variant on the newest, the release-sensitive ones on older (``-- all``)."""
     default = WHEEL_VARIANTS if lmcache == NEWEST else OLDER_RELEASE_VARIANTS
-    prove_release(session, lmcache, select(session, WHEEL_VARIANTS, default=default))
+    prove_release(session, lmcache, select(session, WHEEL_VARIANTS, default=default), contract=CONTRACT_SUITES)
 
 
 @nox.session(venv_backend="none")

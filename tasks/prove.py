@@ -39,8 +39,11 @@ def select(session: nox.Session, names: list[str], default: list[str]) -> list[s
     return [name for name in names if name in session.posargs]
 
 
-def prove_release(session: nox.Session, release: str, names: list[str]) -> None:
-    """Prove ``names`` one after another in the environment of ``release``, with progress and a timing table."""
+def prove_release(
+    session: nox.Session, release: str, names: list[str], contract: tuple[str, ...] = ("platform",)
+) -> None:
+    """Prove ``names`` one after another in the environment of ``release``, with progress and a timing
+    table; the representative variant also runs LMCache's own ``contract`` suites (multiprocess: minutes)."""
     env = ReleaseEnv(release)
     work = Path(session.create_tmp()).resolve()
     with timed(session, f"lmcache {release}") as timings:
@@ -49,12 +52,12 @@ def prove_release(session: nox.Session, release: str, names: list[str]) -> None:
         for number, name in enumerate(names, 1):
             with timings.step(f"variant {number} of {len(names)}: {name}") as step:
                 begun = time.monotonic()
-                outcome = prove_variant(session, env, name, work / name)
+                outcome = prove_variant(session, env, name, work / name, contract)
                 before_suite = time.monotonic() - begun - outcome.seconds - outcome.also_seconds
                 step.result = f"{outcome}; render, checks, build, install {before_suite:.0f} s"
 
 
-def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path) -> Outcome:
+def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, contract: tuple[str, ...]) -> Outcome:
     variant = VARIANTS[name]
     project = render(session, env, work / "rendered", variant)
     ctx = context(project)
@@ -89,7 +92,7 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path) 
     outcome = run_suite(session, env, [tests], work, env_vars, device_present=emulator)
     if name == REPRESENTATIVE:
         begun = time.monotonic()
-        outcome.also = run_contract(session, env, project, work, env_vars)
+        outcome.also = run_contract(session, env, project, work, env_vars, contract)
         outcome.also_seconds = time.monotonic() - begun
     return outcome
 

@@ -64,14 +64,20 @@ def count(session: nox.Session, junit: Path, *, device_present: bool) -> Outcome
 
 
 def run_contract(
-    session: nox.Session, env: ReleaseEnv, project: Path, work: Path, env_vars: dict[str, str | None]
+    session: nox.Session,
+    env: ReleaseEnv,
+    project: Path,
+    work: Path,
+    env_vars: dict[str, str | None],
+    suites: tuple[str, ...],
 ) -> str:
-    """LMCache's own platform tests from its sdist against the installed plugin (the rendered
+    """LMCache's own device-generic ``suites`` from its sdist against the installed plugin (the rendered
     tests/lmcache_contract.py, as ``nox -s lmcache_contract`` runs it); a summary for the timing table."""
     out = work / "lmcache-contract"
+    chosen = [argument for suite in suites for argument in ("--suite", suite)]
     with session.chdir(work):
-        env.run(session, "python", str(project / "tests" / "lmcache_contract.py"), "--work", str(out),
+        env.run(session, "python", str(project / "tests" / "lmcache_contract.py"), "--work", str(out), *chosen,
                 env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
     outcomes = [count(session, junit, device_present=True) for junit in sorted(out.glob("contract-*.xml"))]
     passed, skipped = sum(o.passed for o in outcomes), sum(o.skipped for o in outcomes)
-    return f"LMCache's own tests: {passed} passed, {skipped} skipped"
+    return f"LMCache's own tests ({' + '.join(suites)}): {passed} passed, {skipped} skipped"

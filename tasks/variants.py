@@ -40,6 +40,9 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 #: What ``nox -s generate_and_test`` proves with no arguments.
 REPRESENTATIVE = "native-lmcache-driven"
+#: LMCache's own test suites (its sdist) the representative variant runs in the release sessions (CI).
+#: ``generate_and_test`` runs only the platform suite: the multiprocess one starts servers for minutes.
+CONTRACT_SUITES = ("platform", "multiprocess")
 #: What ``lmcache_releases`` proves on a release older than the newest (``-- all``: every wheel variant):
 #: the variants whose code differs by release. The compat layer's capability spellings, wire format
 #: (pickle before 0.5.6) and transfer-mode resolution all run in the representative pass; the spec
