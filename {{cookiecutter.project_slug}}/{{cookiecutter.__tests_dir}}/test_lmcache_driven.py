@@ -12,7 +12,7 @@ import types
 
 import pytest
 import torch
-from _support import seeded_kv
+from _support import run_python, seeded_kv
 from lmcache.v1.multiprocess.transfer_context.worker_transfer import create_transfer_context
 
 from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode
@@ -74,6 +74,28 @@ def test_event_backend_runs_the_full_ipc_cycle(lmcache_driven) -> None:  # type:
     assert backend.query_event(imported) in (True, False)
     backend.synchronize_event(imported, device)
     assert backend.query_event(imported) is True
+
+
+def test_an_exported_event_is_imported_and_waited_on_in_a_second_process(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """The server's side of the handshake: a fresh process imports the worker's event handle and synchronizes on it."""
+    backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
+    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
+    event = backend.create_event(device)
+    backend.record_event(event, runtime.current_stream(device))
+    handle = backend.export_event(event, device)
+    done = run_python(
+        f"""
+import lmcache, torch
+from lmcache.v1.platform import get_device_spec
+backend, device = get_device_spec("{DEVICE}").event_ipc_backend, torch.device("{DEVICE}", 0)
+imported = backend.import_event(bytes.fromhex({handle.hex()!r}), device)
+backend.wait_event(imported, torch.{{ cookiecutter.__torch_module_name }}.current_stream(device))
+backend.synchronize_event(imported, device)
+print("imported", backend.query_event(imported))
+"""
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["imported", "True"]
 
 
 def test_events_are_created_exported_and_imported_on_their_own_device(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
