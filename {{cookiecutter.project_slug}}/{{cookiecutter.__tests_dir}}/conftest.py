@@ -197,3 +197,10 @@ def on_emulator() -> bool:
     import torch
 
     return bool(getattr(getattr(torch, "{{ cookiecutter.__torch_module_name }}", None), "is_emulator", False))
+
+
+def open_mappings() -> int:
+    """IPC mappings open in this process (the CPU emulator reports them; a device runtime does not)."""
+    from {{ cookiecutter.__package }}.emulator import _ext
+
+    return len(_ext.ipc_imports())

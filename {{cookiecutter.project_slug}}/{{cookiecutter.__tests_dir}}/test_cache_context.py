@@ -9,14 +9,13 @@ group's kernel groups back to back, a sliding-window group sized for its window.
 
 from __future__ import annotations
 
-import gc
 import itertools
 
 import lmcache
 import pytest
 import torch
 from _support import seeded_kv
-from conftest import on_emulator
+from conftest import on_emulator, open_mappings
 from lmcache.v1.multiprocess.group_view import EngineGroupInfo
 from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu
 from lmcache.v1.platform.cache_context import create_cache_context
@@ -77,7 +76,6 @@ def test_a_cache_context_that_fails_part_way_unmaps_what_it_had_mapped(lmcache_d
     """The last layer failing to map after the others were mapped leaves no mapping behind (the wrappers stay alive)."""
     if not on_emulator():
         pytest.skip("mapping counts are observable on the CPU emulator only")
-    from {{ cookiecutter.__package }}.emulator import _ext
 
     def unmappable() -> torch.Tensor:
         raise RuntimeError("the runtime could not map this allocation")
@@ -85,12 +83,10 @@ def test_a_cache_context_that_fails_part_way_unmaps_what_it_had_mapped(lmcache_d
     source = kv_caches()
     wrappers = list(wrap_kv_caches(source))
     wrappers[-1].to_tensor = unmappable
-    gc.collect()
-    before = _ext.live_shared_mappings()
+    before = open_mappings()
     with pytest.raises(RuntimeError, match="could not map"):  # the spec's hook: lmcache 0.5.4's dispatcher maps first
         lmcache_driven.create_cache_context(wrappers, CHUNK, {"kv_layout": "NHD"})
-    gc.collect()
-    assert _ext.live_shared_mappings() == before
+    assert open_mappings() == before
 
 
 #: Per-layer shapes of the two layout families LMCache detects here: flash attention and MLA.

@@ -14,7 +14,7 @@ import threading
 import pytest
 import torch
 from _support import run_python, seeded_kv
-from conftest import on_emulator
+from conftest import on_emulator, open_mappings
 from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper
 
 DEVICE = "{{ cookiecutter.device_name }}"
@@ -29,12 +29,6 @@ def kv_caches(seed: int = 0) -> dict[str, torch.Tensor]:
 def received(spec, tensor: torch.Tensor):  # type: ignore[no-untyped-def]
     """The wrapper of ``tensor`` as the server receives it: through LMCache's codec."""
     return DeviceIPCWrapper.Deserialize(DeviceIPCWrapper.Serialize(spec.ipc_wrapper_cls.wrap(tensor)))
-
-
-def open_mappings() -> int:
-    from {{ cookiecutter.__package }}.emulator import _ext
-
-    return len(_ext.ipc_imports())
 
 
 def test_wrapper_serializes_through_lmcaches_codec_and_back(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
