@@ -37,7 +37,9 @@ EXPECTED_FILES = {
     "src/lmcache_foo/emulator/csrc/host_device.cpp",
     "tests/_engine.py",
     "tests/_servers.py",
+    "tests/_spawn.py",
     "tests/_support.py",
+    "tests/_zygote.py",
     "tests/conftest.py",
     "tests/e2e_worker.py",
     "tests/lmcache_contract.py",
@@ -53,6 +55,7 @@ EXPECTED_FILES = {
     "tests/test_lmcache_driven.py",
     "tests/test_native_ops.py",
     "tests/test_ops_parity.py",
+    "tests/test_spawn.py",
 }
 NATIVE_FILES = {"setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/native_ops.py"}
 LMCACHE_DRIVEN_FILES = {

@@ -4,8 +4,9 @@
 Why it exists: the end-to-end tests drive a real ``lmcache server`` the way
 vLLM's ``LMCacheMPConnector`` does. Each worker rank is an ``e2e_worker.py``
 process using LMCache's ``LMCacheMPWorkerAdapter``; lookups go through
-``LMCacheMPSchedulerAdapter``. A rank costs about 2 s of CPU to start, so
-``Cluster`` keeps a model's ranks and scheduler alive across a module's tests.
+``LMCacheMPSchedulerAdapter``. A rank costs about a second of CPU to start
+(forked from the suite's zygote, ``_spawn.py``), so ``Cluster`` keeps a model's
+ranks and scheduler alive across a module's tests.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import _spawn
 from _servers import LMCacheServer
 from _support import HERE, child_env
 from e2e_worker import BLOCK_SIZE
@@ -49,10 +51,9 @@ class Worker:
             "--rank", str(rank), "--world-size", str(world_size), "--tokens", str(tokens), *extra_args,
         ]  # fmt: skip
         self.log_path = log_path
-        self.process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_path.open("w"),
-            text=True, env=child_env(env), cwd=HERE.parent.parent,
-        )  # fmt: skip
+        with log_path.open("w") as log:
+            self.process = _spawn.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                                        env=child_env(env), cwd=HERE.parent.parent)  # fmt: skip
         self._results: queue.Queue[dict | None] = queue.Queue()
         threading.Thread(target=self._read_stdout, daemon=True).start()
 

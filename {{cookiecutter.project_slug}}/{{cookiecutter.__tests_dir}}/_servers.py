@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
 """Real ``lmcache server`` processes for the end-to-end tests, on free 127.0.0.1 ports.
 
-Why it is shaped this way: a server costs about 3 s of CPU to start and seconds
-to stop, so the suite shares them. ``SharedServers`` keeps one server per kind
+Why it is shaped this way: a server costs seconds of CPU to start (about 2 s
+forked from the suite's zygote, ``_spawn.py``; 6 s from a new interpreter) and
+seconds to stop, so the suite shares them. ``SharedServers`` keeps one server per kind
 (``SERVER_KINDS``) for the whole run; conftest.py's ``server`` fixture hands it
 out, and under pytest-xdist every test of one kind runs on the same xdist
 worker. Tests keep their state apart with their own model names and request
@@ -29,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import _spawn
 from _support import child_env
 
 DEVICE = "{{ cookiecutter.device_name }}"
@@ -69,7 +71,7 @@ def new_shm_entries(before: set[str]) -> list[str]:
 
 
 #: Servers asked to stop and not yet reaped: waited for (killed if need be) when this process exits.
-_STOPPING: list[subprocess.Popen[bytes]] = []
+_STOPPING: list[Any] = []
 
 
 @atexit.register
@@ -120,14 +122,13 @@ class LMCacheServer:
         if shm_name or not lazy_l1:
             self.argv += ["--no-l1-use-lazy"]
         self.env = child_env(env)
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: Any = None  # subprocess.Popen or _spawn.ForkedProcess
 
     def start(self, ready_timeout: float = 90) -> None:
         """Start the server and poll its health check until it answers."""
-        log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
-        )
+        with self.log_path.open("wb") as log:
+            self.process = _spawn.popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                        start_new_session=True)  # fmt: skip
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""Helpers for the conformance tests: fresh interpreters, KV geometry, fake plugins.
+"""Helpers for the conformance tests: new processes, KV geometry, fake plugins.
 
-Nothing here fakes LMCache: subprocesses import the installed ``lmcache`` and
-this installed plugin. The real ``lmcache server``, worker ranks and the
-scheduler of the end-to-end tests live in ``_e2e.py``.
+Nothing here fakes LMCache: the processes started here (through ``_spawn.py``)
+import the installed ``lmcache`` and this installed plugin themselves. The real
+``lmcache server``s live in ``_servers.py``, worker ranks and the scheduler of
+the end-to-end tests in ``_engine.py``.
 """
 
 from __future__ import annotations
@@ -16,19 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import _spawn
 import torch
+from _spawn import QUIET_ENV
 
 HERE = Path(__file__).resolve().parent
-
-#: Environment for every LMCache process the tests start: no telemetry, quiet
-#: banner, one torch thread (two cores make oversubscription swing timings 5-50x).
-QUIET_ENV = {
-    "LMCACHE_TRACK_USAGE": "false",
-    "DO_NOT_TRACK": "1",
-    "LMCACHE_DISABLE_BANNER": "1",
-    "OMP_NUM_THREADS": "1",
-}
-
 
 def child_env(overrides: Mapping[str, str | None] = ()) -> dict[str, str]:
     """This process's environment plus ``overrides``; a value of None removes the variable."""
@@ -41,16 +34,14 @@ def child_env(overrides: Mapping[str, str | None] = ()) -> dict[str, str]:
     return env
 
 
-def run_python(code: str, env: Mapping[str, str | None] = (), timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter (LMCache caches its registry per process)."""
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        env=child_env(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=HERE.parent.parent,  # outside the source tree's src/ on sys.path
-    )
+def run_python(
+    code: str, env: Mapping[str, str | None] = (), timeout: float = 120, *, fresh: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a new process (LMCache caches its registry per process), forked from the suite's
+    zygote unless ``fresh`` (tests of what a new interpreter imports; see _spawn.py)."""
+    # Outside the source tree's src/ on sys.path.
+    return _spawn.run([sys.executable, "-c", code], env=child_env(env), timeout=timeout, cwd=HERE.parent.parent,
+                      fresh=fresh)  # fmt: skip
 
 
 #: Paged KV geometry shared by the op-level tests: block size, blocks, heads, head size, layers.

@@ -45,12 +45,9 @@ if DEVICE_PRESENT:
 os.environ.setdefault("{{ cookiecutter.__emulator_env_var }}", "1")
 os.environ.setdefault("LMCACHE_DEVICE_BACKEND", "{{ cookiecutter.backend_name }}")
 {%- endif %}
-for _key, _value in {
-    "OMP_NUM_THREADS": "1",
-    "LMCACHE_TRACK_USAGE": "false",
-    "DO_NOT_TRACK": "1",
-    "LMCACHE_DISABLE_BANNER": "1",
-}.items():
+from _spawn import QUIET_ENV  # noqa: E402 - imports nothing heavier than the standard library
+
+for _key, _value in QUIET_ENV.items():
     os.environ.setdefault(_key, _value)
 
 from importlib import metadata  # noqa: E402

@@ -156,6 +156,7 @@ def test_importing_the_package_first_does_not_start_lmcache_discovery() -> None:
         f"import sys, {PACKAGE}; assert 'lmcache' not in sys.modules and 'torch' not in sys.modules; "
         f"import lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY; print({BACKEND!r} in _DEVICE_REGISTRY)",
         PLAIN,
+        fresh=True,  # a new interpreter, not one that has torch imported already
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "True"

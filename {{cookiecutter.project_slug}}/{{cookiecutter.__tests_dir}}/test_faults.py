@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _spawn
 import pytest
 from _engine import Scheduler, Worker
 from _servers import CHUNK, LMCacheServer, running_server
@@ -322,8 +322,8 @@ def test_malformed_kv_caches_are_refused_with_a_reason_and_store_nothing(
 ) -> None:
     """Layers that disagree in shape, dtype or device: refused or failed within 30 s, reason logged, nothing stored."""
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", BAD_KV, server.url, fault], capture_output=True, text=True,
-                          timeout=DEADLINE_S + 30, env=child_env({}), cwd=tmp_path)  # fmt: skip
+    done = _spawn.run([sys.executable, "-c", BAD_KV, server.url, fault], timeout=DEADLINE_S + 30, env=child_env({}),
+                      cwd=tmp_path)  # fmt: skip
     assert time.monotonic() - started < DEADLINE_S + 10  # interpreter and emulator start-up included
     outcome = json.loads(done.stdout.splitlines()[-1])
     assert outcome["stored"] is not True, outcome

@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""The zygote of tests/_spawn.py: a Python process that has imported ``PRELOAD`` and forks the suite's programs.
+
+Run as ``python _zygote.py SOCKET`` by ``_spawn.py`` (never imported). It reads
+requests (argv, environment, working directory, and three file descriptors for
+the child's standard streams, passed with SCM_RIGHTS) on the Unix socket,
+answers each with the child's PID and, once the child has exited, its exit
+status as ``subprocess`` reports it. It is single-threaded (forking is safe),
+exits when the suite closes its stdin and its children are gone (killing them
+after 60 s), and never imports lmcache, this plugin or a device extension.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _spawn import PRELOAD
+
+
+def _serve(address: str) -> dict[str, Any] | None:
+    """Import ``PRELOAD``, then fork a child per request until the suite's end of our stdin and our
+    children are gone. Returns only in a child: its request, with the child's streams in place."""
+    import importlib
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001, S112 - absent or broken here: the programs import it themselves
+            continue
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)
+    wake_read, wake_write = os.pipe()
+    for fd in (wake_read, wake_write):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the suite's to handle: it stops its programs
+    events = selectors.DefaultSelector()
+    events.register(listener, selectors.EVENT_READ, "request")
+    events.register(wake_read, selectors.EVENT_READ, "exited")
+    events.register(0, selectors.EVENT_READ, "suite")
+    children: dict[int, socket.socket] = {}
+    suite_gone_at: float | None = None
+    print("ready", flush=True)
+    while suite_gone_at is None or children:
+        timeout = None if suite_gone_at is None else max(0.0, suite_gone_at + 60 - time.monotonic())
+        if timeout == 0:
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)
+        for key, _ in events.select(timeout):
+            if key.data == "suite" and not os.read(0, 4096):
+                events.unregister(0)
+                suite_gone_at = time.monotonic()
+            elif key.data == "exited":
+                while os.read(wake_read, 4096) == 4096:
+                    pass
+                _reap(children)
+            elif key.data == "request":
+                conn, _ = listener.accept()
+                request, fds = _receive(conn)
+                pid = os.fork()
+                if pid == 0:  # the child: nothing of the zygote's stays open, the request's streams are 0, 1, 2
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+                    events.close()
+                    for sock in (listener, conn, *children.values()):
+                        sock.close()
+                    os.close(wake_read)
+                    os.close(wake_write)
+                    for target, fd in enumerate(fds):
+                        os.dup2(fd, target)
+                    for fd in set(fds) - {0, 1, 2}:
+                        os.close(fd)
+                    return request
+                for fd in set(fds):
+                    os.close(fd)
+                conn.sendall(f"{pid}\n".encode())
+                children[pid] = conn
+    return None
+
+
+def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    size = int.from_bytes(data[:8], "big")
+    while len(data) < 8 + size:
+        data += conn.recv(1 << 16)
+    return json.loads(data[8:]), fds
+
+
+def _reap(children: dict[int, socket.socket]) -> None:
+    """Tell each exited child's client its exit status (negative: the signal that ended it)."""
+    while children:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is not None:
+            try:
+                conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            except OSError:
+                pass  # the client went away first
+            conn.close()
+
+
+def _run(request: dict[str, Any], base_path: list[str]) -> None:
+    """In the child: become the program ``python <argv>`` would run, and run it."""
+    import importlib
+    import runpy
+    import types
+
+    if request["new_session"]:
+        os.setsid()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    argv = request["argv"][1:] if request["argv"][0] == sys.executable else request["argv"]
+    first = {"-c": "", "-m": os.getcwd()}.get(argv[0]) if argv[0] in ("-c", "-m") else None
+    if first is None:
+        first = os.path.dirname(os.path.realpath(argv[0]))
+    extra = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[:] = [first, *extra, *base_path]
+    importlib.invalidate_caches()
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    if argv[0] == "-m":
+        sys.argv = argv[1:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return
+    sys.argv = ["-c", *argv[2:]] if argv[0] == "-c" else argv
+    source, filename = (argv[1], "<string>") if argv[0] == "-c" else (Path(argv[0]).read_bytes(), argv[0])
+    if argv[0] != "-c":
+        main.__file__ = argv[0]
+    exec(compile(source, filename, "exec"), main.__dict__)  # noqa: S102 - the program, as python runs it
+
+
+if __name__ == "__main__":
+    _suite_path = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    _base_path = [entry for entry in sys.path[1:] if entry not in _suite_path]
+    _request = _serve(sys.argv[1])
+    if _request is None:  # the suite and every child are gone: so is the zygote's directory
+        shutil.rmtree(os.path.dirname(sys.argv[1]), ignore_errors=True)
+    else:
+        _run(_request, _base_path)

@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""The suite's process launcher (``_spawn.py``): a forked program sees what ``python`` would give it.
+
+The other tests trust it with every server, worker rank and fresh registry, so
+here a forked program and a new interpreter run the same probe and must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import _spawn
+import pytest
+from _support import child_env
+
+pytestmark = pytest.mark.without_device  # the launcher needs no device: it runs wherever the suite runs
+
+PROBE = """
+import json, os, sys
+print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "path": sys.path, "main": __name__,
+                  "mine": os.environ.get("LMCACHE_SPAWN_PROBE"), "lmcache": "lmcache" in sys.modules,
+                  "stdin": sys.stdin.read(), "torch_preloaded": "torch" in sys.modules}))
+sys.stderr.write("to stderr\\n")
+sys.exit(3)
+"""
+
+
+def test_a_forked_program_gets_the_argv_environment_cwd_path_streams_and_exit_status_python_gives(
+    tmp_path: Path,
+) -> None:
+    """The same -c probe, forked and fresh: identical argv, cwd, sys.path (PYTHONPATH included), variables,
+    stdin, stderr and exit status; only the forked one finds torch already imported (the zygote's)."""
+    extra = tmp_path / "on-pythonpath"
+    extra.mkdir()
+    env = child_env({"LMCACHE_SPAWN_PROBE": "seen", "PYTHONPATH": str(extra)})
+    seen = {}
+    for fresh in (False, True):
+        with (tmp_path / "in").open("w+") as stdin, (tmp_path / f"out-{fresh}").open("w+") as out:
+            stdin.write("from stdin")
+            stdin.seek(0)
+            process = _spawn.popen([sys.executable, "-c", PROBE, "a", "b"], env=env, cwd=tmp_path, stdin=stdin,
+                                   stdout=out, stderr=subprocess.STDOUT, fresh=fresh)  # fmt: skip
+            assert process.wait(timeout=120) == 3
+            out.seek(0)
+            first, *rest = out.read().splitlines()
+        seen[fresh] = json.loads(first)
+        assert rest == ["to stderr"]
+    assert seen[False].pop("torch_preloaded") is True, "the program was not forked from the zygote"
+    assert seen[True].pop("torch_preloaded") is False
+    assert seen[False] == seen[True]
+    assert seen[True]["argv"] == ["-c", "a", "b"] and seen[True]["mine"] == "seen" and not seen[True]["lmcache"]
+    assert str(extra) in seen[True]["path"]
+
+
+def test_a_forked_program_is_killed_and_waited_for_by_pid_as_a_popen_is(tmp_path: Path) -> None:
+    """kill() ends it with -SIGKILL, wait() times out while it runs, a pipe carries lines both ways."""
+    code = "import sys\nfor line in sys.stdin:\n    print(line.upper(), end='', flush=True)\n"
+    process = _spawn.popen([sys.executable, "-c", code], env=child_env({}), cwd=tmp_path, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert isinstance(process, _spawn.ForkedProcess)
+    process.stdin.write("ping\n")
+    assert process.stdout.readline() == "PING\n"
+    with pytest.raises(subprocess.TimeoutExpired):
+        process.wait(timeout=0.2)
+    assert process.poll() is None
+    process.kill()
+    assert process.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_a_program_whose_environment_preloaded_modules_read_starts_fresh(tmp_path: Path) -> None:
+    """A variable torch may read at import (OMP_NUM_THREADS) differs from the zygote's: a new interpreter."""
+    started = time.monotonic()
+    process = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({"OMP_NUM_THREADS": "2"}), cwd=tmp_path)
+    assert isinstance(process, subprocess.Popen)
+    assert process.wait(timeout=60) == 0 and time.monotonic() - started < 60
