@@ -163,12 +163,12 @@ class _Zygote:
     """The client side: starts the zygote (``python _spawn.py``) and asks it for children."""
 
     def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="lmcache-tests-zygote-")
-        self.address = os.path.join(self.dir, "socket")
+        self.dir = tempfile.mkdtemp(prefix="lmcache-tests-zygote-")  # its log; removed when it exits
+        self.address = socket_address(self.dir)
         env = {**os.environ, **QUIET_ENV}
         zygote = str(Path(__file__).with_name("_zygote.py"))
         with open(os.path.join(self.dir, "log"), "wb") as log:
-            self.process = subprocess.Popen([sys.executable, zygote, self.address], stdin=subprocess.PIPE,
+            self.process = subprocess.Popen([sys.executable, zygote, self.dir], stdin=subprocess.PIPE,
                                             stdout=subprocess.PIPE, stderr=log, env=env, cwd=self.dir)  # fmt: skip
         self._ready = threading.Event()
         self._lock = threading.Lock()
@@ -205,6 +205,12 @@ class _Zygote:
         """EOF on its stdin: the zygote waits for its children (killing them after 60 s) and exits."""
         if self.process.stdin is not None:
             self.process.stdin.close()
+
+
+def socket_address(directory: str) -> str:
+    """The zygote's Unix socket: in Linux's abstract namespace (no file, and no 108-byte limit on the
+    temporary directory's path), named after the zygote's directory."""
+    return "\0" + os.path.basename(directory)
 
 
 def _fd(stream: Any, standard: int, opened: list[int]) -> int:

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
 """The zygote of tests/_spawn.py: a Python process that has imported ``PRELOAD`` and forks the suite's programs.
 
-Run as ``python _zygote.py SOCKET`` by ``_spawn.py`` (never imported). It reads
+Run as ``python _zygote.py DIRECTORY`` by ``_spawn.py`` (never imported). It reads
 requests (argv, environment, working directory, and three file descriptors for
-the child's standard streams, passed with SCM_RIGHTS) on the Unix socket,
+the child's standard streams, passed with SCM_RIGHTS) on the Unix socket named after DIRECTORY,
 answers each with the child's PID and, once the child has exited, its exit
 status as ``subprocess`` reports it. It is single-threaded (forking is safe),
 exits when the suite closes its stdin and its children are gone (killing them
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _spawn import PRELOAD
+from _spawn import PRELOAD, socket_address
 
 
 def _serve(address: str) -> dict[str, Any] | None:
@@ -147,8 +147,8 @@ def _run(request: dict[str, Any], base_path: list[str]) -> None:
 if __name__ == "__main__":
     _suite_path = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     _base_path = [entry for entry in sys.path[1:] if entry not in _suite_path]
-    _request = _serve(sys.argv[1])
+    _request = _serve(socket_address(sys.argv[1]))
     if _request is None:  # the suite and every child are gone: so is the zygote's directory
-        shutil.rmtree(os.path.dirname(sys.argv[1]), ignore_errors=True)
+        shutil.rmtree(sys.argv[1], ignore_errors=True)
     else:
         _run(_request, _base_path)

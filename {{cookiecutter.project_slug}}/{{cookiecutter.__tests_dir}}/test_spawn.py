@@ -40,16 +40,16 @@ def test_a_forked_program_gets_the_argv_environment_cwd_path_streams_and_exit_st
     env = child_env({"LMCACHE_SPAWN_PROBE": "seen", "PYTHONPATH": str(extra)})
     seen = {}
     for fresh in (False, True):
-        with (tmp_path / "in").open("w+") as stdin, (tmp_path / f"out-{fresh}").open("w+") as out:
-            stdin.write("from stdin")
-            stdin.seek(0)
-            process = _spawn.popen([sys.executable, "-c", PROBE, "a", "b"], env=env, cwd=tmp_path, stdin=stdin,
-                                   stdout=out, stderr=subprocess.STDOUT, fresh=fresh)  # fmt: skip
-            assert process.wait(timeout=120) == 3
-            out.seek(0)
-            first, *rest = out.read().splitlines()
-        seen[fresh] = json.loads(first)
-        assert rest == ["to stderr"]
+        streams = [(tmp_path / f"{name}-{fresh}").open("w+") for name in ("in", "out", "err")]
+        streams[0].write("from stdin")
+        streams[0].seek(0)
+        process = _spawn.popen([sys.executable, "-c", PROBE, "a", "b"], env=env, cwd=tmp_path, stdin=streams[0],
+                               stdout=streams[1], stderr=streams[2], fresh=fresh)  # fmt: skip
+        assert process.wait(timeout=120) == 3
+        for stream in streams:
+            stream.close()
+        seen[fresh] = json.loads((tmp_path / f"out-{fresh}").read_text())
+        assert (tmp_path / f"err-{fresh}").read_text() == "to stderr\n"
     assert seen[False].pop("torch_preloaded") is True, "the program was not forked from the zygote"
     assert seen[True].pop("torch_preloaded") is False
     assert seen[False] == seen[True]
