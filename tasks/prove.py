@@ -80,13 +80,13 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
     assert wheel is not None
     install_wheel(session, env, wheel)
     package = ctx["__package"]
+    installed = (f"import {package}, sysconfig; p = {package}.__file__; "
+                 "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)")  # fmt: skip
+    if emulator:  # compiles the emulator on first use (one interpreter for both: each costs seconds)
+        module = ctx["__torch_module_name"]
+        installed += f"; import {package}.emulator, torch; print('torch.{module} devices:', torch.{module}.device_count())"
     with session.chdir(work):  # nothing may resolve to the source tree
-        env.run(session, "python", "-c", f"import {package}, sysconfig; p = {package}.__file__; "
-                "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)")  # fmt: skip
-        if emulator:  # compiles the emulator on first use
-            module = ctx["__torch_module_name"]
-            env.run(session, "python", "-c", f"import {package}.emulator, torch; "
-                    f"print('torch.{module} devices:', torch.{module}.device_count())", env=env_vars)  # fmt: skip
+        env.run(session, "python", "-c", installed, env=env_vars)
     if name == VENDOR_NOXFILE and env.release == NEWEST:
         return run_vendor_noxfile(session, env, project, work, emulator)
     outcome = run_suite(session, env, [tests], work, env_vars, device_present=emulator)
