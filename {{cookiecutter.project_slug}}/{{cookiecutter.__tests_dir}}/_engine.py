@@ -144,7 +144,7 @@ class Scheduler:
     """LMCache's scheduler-side adapter (what vLLM's connector uses) for lookups."""
 
     def __init__(self, server_url: str, model: str, world_size: int, block_size: int = BLOCK_SIZE,
-                 mq_timeout: float = 20.0):  # fmt: skip
+                 mq_timeout: float = 20.0, mla: bool = False):  # fmt: skip
         import zmq
         from lmcache.integration.vllm.vllm_multi_process_adapter import (
             LMCacheMPSchedulerAdapter,
@@ -152,7 +152,7 @@ class Scheduler:
         )
 
         strategy = ParallelStrategy(
-            mla_only=False, vllm_world_size=world_size, vllm_worker_id=0, tp_size=world_size, pp_size=1, n_servers=1
+            mla_only=mla, vllm_world_size=world_size, vllm_worker_id=0, tp_size=world_size, pp_size=1, n_servers=1
         )
         self.adapter = LMCacheMPSchedulerAdapter(
             [server_url],
@@ -213,14 +213,14 @@ class Cluster:
     """
 
     def __init__(self, server: LMCacheServer, log_dir: Path, *, model: str, world_size: int, tokens: int,
-                 mode: str = "engine_driven") -> None:  # fmt: skip
+                 mode: str = "engine_driven", layout: str = "flash") -> None:  # fmt: skip
         self.server, self.model, self.world_size = server, model, world_size
         self.ranks = [
-            Worker(server.url, model=model, rank=rank, world_size=world_size, tokens=tokens,
-                   log_path=log_dir / f"{model}-rank{rank}.log", mode=mode)  # fmt: skip
+            Worker(server.url, model=model, rank=rank, world_size=world_size, tokens=tokens, mode=mode,
+                   log_path=log_dir / f"{model}-rank{rank}.log", extra_args=["--layout", layout])  # fmt: skip
             for rank in range(world_size)
         ]
-        self.scheduler = Scheduler(server.url, model, world_size)
+        self.scheduler = Scheduler(server.url, model, world_size, mla=layout == "mla")
         self.stored = [worker.next_result() for worker in self.ranks]
         self.ready = [worker.next_result()["phase"] for worker in self.ranks]
 

@@ -35,6 +35,8 @@ import torch
 BLOCK_SIZE = 16
 NUM_HEADS = 2
 HEAD_SIZE = 32
+#: MLA's latent vector per token (DeepSeek's: 512 compressed KV + 64 rotary).
+MLA_HEAD_SIZE = 576
 DTYPE = torch.float16
 
 
@@ -44,20 +46,27 @@ def token_ids(tokens: int, first: int = 7) -> list[int]:
 
 
 def kv_shape(
-    layers: int, blocks: int, heads: int = NUM_HEADS, head_size: int = HEAD_SIZE
+    layers: int, blocks: int, heads: int = NUM_HEADS, head_size: int = HEAD_SIZE, layout: str = "flash"
 ) -> dict[str, tuple[int, ...]]:
-    """vLLM flash-attention layout: per layer (2, blocks, block_size, heads, head_size)."""
-    return {f"layer.{i}": (2, blocks, BLOCK_SIZE, heads, head_size) for i in range(layers)}
+    """vLLM's layouts: flash attention (2, blocks, block_size, heads, head_size) per layer, or MLA's
+    one latent vector per token (blocks, block_size, head_size)."""
+    shape = (blocks, BLOCK_SIZE, head_size) if layout == "mla" else (2, blocks, BLOCK_SIZE, heads, head_size)
+    return {f"layer.{i}": shape for i in range(layers)}
+
+
+def blocks_of(layer: torch.Tensor, blocks: list[int], layout: str) -> torch.Tensor:
+    """The given paged blocks of one layer (the block dimension is MLA's first, flash attention's second)."""
+    return layer[blocks] if layout == "mla" else layer[:, blocks]
 
 
 def source_kv(
-    layers: int, blocks: int, seed: int, heads: int = NUM_HEADS, head_size: int = HEAD_SIZE
+    layers: int, blocks: int, seed: int, heads: int = NUM_HEADS, head_size: int = HEAD_SIZE, layout: str = "flash"
 ) -> dict[str, torch.Tensor]:
     """The bytes a rank stores: a pure function of (shape, seed), on the CPU."""
     generator = torch.Generator().manual_seed(seed)
     return {
         name: torch.randn(shape, generator=generator, dtype=torch.float32).to(DTYPE)
-        for name, shape in kv_shape(layers, blocks, heads, head_size).items()
+        for name, shape in kv_shape(layers, blocks, heads, head_size, layout).items()
     }
 
 
@@ -70,7 +79,7 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
     from {{ cookiecutter.__package }}._lmcache_compat import register_kv_caches
 
     strategy = ParallelStrategy(
-        mla_only=False,
+        mla_only=args.layout == "mla",
         vllm_world_size=args.world_size,
         vllm_worker_id=args.rank,
         tp_size=args.world_size,
@@ -109,9 +118,11 @@ def main() -> int:
     parser.add_argument("--mq-timeout", type=float, default=20.0)
     parser.add_argument("--mode", default="engine_driven", choices=["engine_driven", "lmcache_driven", "auto"])
     parser.add_argument("--heads", type=int, default=NUM_HEADS)
-    parser.add_argument("--head-size", type=int, default=HEAD_SIZE)
+    parser.add_argument("--head-size", type=int, help=f"default {HEAD_SIZE}; {MLA_HEAD_SIZE} with --layout mla")
+    parser.add_argument("--layout", default="flash", choices=["flash", "mla"])
     parser.add_argument("--first-token", type=int, default=7, help="distinct prompts for repeated runs")
     args = parser.parse_args()
+    args.head_size = args.head_size or (MLA_HEAD_SIZE if args.layout == "mla" else HEAD_SIZE)
     # The test sends SIGUSR1 before killing a stalled worker: the stacks land in its log.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
@@ -126,7 +137,7 @@ def main() -> int:
     def kv_for(first_token: int) -> dict[str, torch.Tensor]:
         """The KV bytes stored under the prompt starting at ``first_token`` (CPU, recomputed on demand)."""
         seed = 1000 + args.rank + 7919 * (first_token - args.first_token)
-        return source_kv(args.layers, num_blocks, seed, args.heads, args.head_size)
+        return source_kv(args.layers, num_blocks, seed, args.heads, args.head_size, args.layout)
 
     expected = kv_for(args.first_token)
     # Source worker: seeded KV in blocks [0, used_blocks).
@@ -193,8 +204,8 @@ def main() -> int:
         stored = kv_for(first_token)
         matches = all(
             torch.equal(
-                target[name][:, target_blocks].cpu().view(torch.uint8),
-                stored[name][:, source_blocks].view(torch.uint8),
+                blocks_of(target[name], target_blocks, args.layout).cpu().view(torch.uint8),
+                blocks_of(stored[name], source_blocks, args.layout).view(torch.uint8),
             )
             for name in stored
         )

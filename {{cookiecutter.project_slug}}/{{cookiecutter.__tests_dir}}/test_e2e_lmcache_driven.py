@@ -76,6 +76,26 @@ def test_round_trip_is_byte_exact_with_the_server_running_the_plugin(
     assert "{{ cookiecutter.class_prefix }}DeviceOps: serving pointer-mode" in log, "the server must run this plugin's ops"
 
 
+@pytest.mark.parametrize("server", ["lmcache-driven"], indirect=True)
+def test_mla_latent_caches_round_trip_byte_exact_through_the_server(  # type: ignore[no-untyped-def]
+    server: LMCacheServer, spec, tmp_path: Path
+) -> None:
+    """MLA (one latent vector per token: (blocks, block_size, head_size) per layer, ``mla_only``): stored
+    and retrieved by the server through this plugin's IPC wrapper, cache context and ops, identical bytes."""
+    ranks = Cluster(server, tmp_path, model=f"ld-mla-{next(_ids)}", world_size=1, tokens=TOKENS,
+                    mode=worker_mode(server, spec), layout="mla")  # fmt: skip
+    try:
+        stored = ranks.stored[0]
+        assert stored["ok"] and stored["transfer_context"] == "LMCacheDrivenTransferContext", stored["log"][-3000:]
+        request_id, hit = ranks.scheduler.lookup_until(f"mla-{next(_ids)}", token_ids(TOKENS), TOKENS)
+        assert hit == TOKENS, "the store was acknowledged but never committed"
+        retrieved = ranks.retrieve(request_id)
+        ranks.scheduler.end_session(request_id)
+        assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)], retrieved[0]["log"][-3000:]
+    finally:
+        assert ranks.close() == [0], "the rank must unregister and exit cleanly"
+
+
 @pytest.mark.parametrize("server", SERVER_KINDS, indirect=True)
 def test_a_killed_worker_leaves_nothing_in_dev_shm(server: LMCacheServer, spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """SIGKILL a registered worker: no /dev/shm segment survives it, and the server stays healthy."""
