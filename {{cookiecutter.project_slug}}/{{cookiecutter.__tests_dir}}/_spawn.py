@@ -119,17 +119,18 @@ class ForkedProcess:
     def __init__(self, args: list[str], conn: socket.socket, stdin: IO[Any] | None, stdout: IO[Any] | None) -> None:
         self.args, self._conn, self.stdin, self.stdout, self.stderr = args, conn, stdin, stdout, None
         self.returncode: int | None = None
+        self._received = b""  # kept across a timeout: a line may arrive in pieces
         self.pid = int(self._line(None))
 
     def _line(self, timeout: float | None) -> str:
-        data = b""
         self._conn.settimeout(timeout)
-        while not data.endswith(b"\n"):
+        while b"\n" not in self._received:
             chunk = self._conn.recv(64)
             if not chunk:
                 raise RuntimeError(f"the test zygote went away while running {self.args}")
-            data += chunk
-        return data.decode()
+            self._received += chunk
+        line, self._received = self._received.split(b"\n", 1)
+        return line.decode()
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -160,7 +161,7 @@ class ForkedProcess:
 
 
 class _Zygote:
-    """The client side: starts the zygote (``python _spawn.py``) and asks it for children."""
+    """The client side: starts the zygote (``python _zygote.py``) and asks it for children."""
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="lmcache-tests-zygote-")  # its log; removed when it exits
@@ -223,11 +224,14 @@ def _fd(stream: Any, standard: int, opened: list[int]) -> int:
 
 
 _ZYGOTE: _Zygote | None = None
+_ZYGOTE_LOCK = threading.Lock()
 
 
 def _zygote() -> _Zygote:
+    """This process's zygote, started on first use (one per pytest-xdist worker)."""
     global _ZYGOTE
-    if _ZYGOTE is None:
-        _ZYGOTE = _Zygote()
-        atexit.register(_ZYGOTE.close)
-    return _ZYGOTE
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE is None:
+            _ZYGOTE = _Zygote()
+            atexit.register(_ZYGOTE.close)
+        return _ZYGOTE

@@ -125,8 +125,9 @@ def _run(request: dict[str, Any], base_path: list[str]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     argv = request["argv"][1:] if request["argv"][0] == sys.executable else request["argv"]
-    first = {"-c": "", "-m": os.getcwd()}.get(argv[0]) if argv[0] in ("-c", "-m") else None
-    if first is None:
+    if argv[0] in ("-c", "-m"):  # sys.path[0] as python sets it: "" for -c, the working directory for -m
+        first = "" if argv[0] == "-c" else os.getcwd()
+    else:  # a script: its own directory
         first = os.path.dirname(os.path.realpath(argv[0]))
     extra = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     sys.path[:] = [first, *extra, *base_path]
