@@ -23,6 +23,7 @@ from _spawn import QUIET_ENV
 
 HERE = Path(__file__).resolve().parent
 
+
 def child_env(overrides: Mapping[str, str | None] = ()) -> dict[str, str]:
     """This process's environment plus ``overrides``; a value of None removes the variable."""
     env = {**os.environ, **QUIET_ENV}
