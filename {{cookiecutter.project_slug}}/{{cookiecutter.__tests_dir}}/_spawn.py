@@ -41,8 +41,9 @@ from typing import IO, Any
 #: Third-party modules the suite's programs import, loaded once by the zygote (absent ones are left out).
 PRELOAD = ("torch", "numpy", "zmq", "msgspec", "transformers", "fastapi", "uvicorn", "aiohttp", "httpx",
            "prometheus_client", "google.cloud.bigtable.data", "numba")  # fmt: skip
-#: Environment variables a forked program may set differently from the zygote (none is read by ``PRELOAD``).
-SAFE_TO_VARY = ("LMCACHE_", "DEVICE_TYPE", "PYTHONPATH")
+#: Environment variables a forked program may set differently from the zygote (none is read by ``PRELOAD``;
+#: pytest changes PYTEST_CURRENT_TEST for every test).
+SAFE_TO_VARY = ("LMCACHE_", "DEVICE_TYPE", "PYTHONPATH", "PYTEST_")
 #: Environment for every program the tests start, and for the zygote: no telemetry, quiet banner,
 #: one torch thread (two cores make oversubscription swing timings 5-50x).
 QUIET_ENV = {
@@ -96,7 +97,7 @@ def _forkable(argv: list[str], env: Mapping[str, str]) -> bool:
         return False
     if argv[0] == sys.executable and (len(argv) < 2 or argv[1].startswith("-") and argv[1] not in ("-c", "-m")):
         return False  # interpreter options (-X, -W, ...) need a fresh interpreter
-    zygote_env = {**os.environ, **QUIET_ENV}
+    zygote_env = _zygote().env  # what PRELOAD saw at import, whatever this process's environment is now
     changed = {key for key in {*env, *zygote_env} if env.get(key) != zygote_env.get(key)}
     return all(key.startswith(SAFE_TO_VARY) for key in changed)
 
@@ -166,11 +167,11 @@ class _Zygote:
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="lmcache-tests-zygote-")  # its log; removed when it exits
         self.address = socket_address(self.dir)
-        env = {**os.environ, **QUIET_ENV}
+        self.env = {**os.environ, **QUIET_ENV}
         zygote = str(Path(__file__).with_name("_zygote.py"))
         with open(os.path.join(self.dir, "log"), "wb") as log:
             self.process = subprocess.Popen([sys.executable, zygote, self.dir], stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE, stderr=log, env=env, cwd=self.dir)  # fmt: skip
+                                            stdout=subprocess.PIPE, stderr=log, env=self.env, cwd=self.dir)  # fmt: skip
         self._ready = threading.Event()
         self._lock = threading.Lock()
 

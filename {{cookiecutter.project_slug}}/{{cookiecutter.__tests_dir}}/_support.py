@@ -19,14 +19,13 @@ from typing import Any
 
 import _spawn
 import torch
-from _spawn import QUIET_ENV
 
 HERE = Path(__file__).resolve().parent
 
 
 def child_env(overrides: Mapping[str, str | None] = ()) -> dict[str, str]:
     """This process's environment plus ``overrides``; a value of None removes the variable."""
-    env = {**os.environ, **QUIET_ENV}
+    env = {**os.environ, **_spawn.QUIET_ENV}
     for key, value in dict(overrides).items():
         if value is None:
             env.pop(key, None)

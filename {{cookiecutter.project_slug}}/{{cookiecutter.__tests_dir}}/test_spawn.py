@@ -78,3 +78,16 @@ def test_a_program_whose_environment_preloaded_modules_read_starts_fresh(tmp_pat
     process = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({"OMP_NUM_THREADS": "2"}), cwd=tmp_path)
     assert isinstance(process, subprocess.Popen)
     assert process.wait(timeout=60) == 0 and time.monotonic() - started < 60
+
+
+def test_a_variable_set_after_the_zygote_started_sends_the_program_to_a_new_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The zygote imported its modules with the environment it started with: a variable the suite sets
+    later (outside the ones LMCache reads) means a new interpreter, not a fork."""
+    warm = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path)
+    assert isinstance(warm, _spawn.ForkedProcess) and warm.wait(timeout=60) == 0
+    monkeypatch.setenv("TORCH_SPAWN_PROBE_SET_LATER", "1")
+    process = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path)
+    assert isinstance(process, subprocess.Popen)
+    assert process.wait(timeout=60) == 0
