@@ -46,6 +46,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -302,15 +303,17 @@ def paged_layers_for_baseline(
 
 
 {% endif -%}
-def register_kv_caches(adapter: Any, kv_caches: dict[str, Any]) -> None:
+def register_kv_caches(adapter: Any, kv_caches: dict[str, Any], engine_group_infos: Sequence[Any] = ()) -> None:
     """Register a worker's (NHD) KV caches with LMCache's ``LMCacheMPWorkerAdapter``.
 
-    lmcache 0.5.5+ take layout hints; 0.5.4 has no such argument and assumes NHD.
+    ``engine_group_infos``: LMCache's ``EngineGroupInfo`` per engine group of a
+    hybrid model (none: one group). lmcache 0.5.5+ take layout hints; 0.5.4 has
+    no such argument and assumes NHD.
     """
     if "layout_hints" in inspect.signature(adapter.register_kv_caches).parameters:
-        adapter.register_kv_caches(kv_caches, layout_hints={"kv_layout": "NHD"})
+        adapter.register_kv_caches(kv_caches, engine_group_infos, layout_hints={"kv_layout": "NHD"})
     else:
-        adapter.register_kv_caches(kv_caches)
+        adapter.register_kv_caches(kv_caches, engine_group_infos)
 
 
 def recorded_event(adapter: Any, device_type: str) -> Any:

@@ -212,12 +212,24 @@ class Cluster:
     ranks' exit codes.
     """
 
-    def __init__(self, server: LMCacheServer, log_dir: Path, *, model: str, world_size: int, tokens: int,
-                 mode: str = "engine_driven", layout: str = "flash") -> None:  # fmt: skip
+    def __init__(
+        self,
+        server: LMCacheServer,
+        log_dir: Path,
+        *,
+        model: str,
+        world_size: int,
+        tokens: int,
+        mode: str = "engine_driven",
+        layout: str = "flash",
+        worker_args: Sequence[str] = (),
+    ) -> None:
+        """``worker_args``: more ``e2e_worker.py`` options for every rank."""
         self.server, self.model, self.world_size = server, model, world_size
+        argv = ["--layout", layout, *worker_args]
         self.ranks = [
             Worker(server.url, model=model, rank=rank, world_size=world_size, tokens=tokens, mode=mode,
-                   log_path=log_dir / f"{model}-rank{rank}.log", extra_args=["--layout", layout])  # fmt: skip
+                   log_path=log_dir / f"{model}-rank{rank}.log", extra_args=argv)  # fmt: skip
             for rank in range(world_size)
         ]
         self.scheduler = Scheduler(server.url, model, world_size, mla=layout == "mla")

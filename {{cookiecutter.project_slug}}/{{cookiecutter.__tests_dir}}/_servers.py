@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,7 @@ class LMCacheServer:
         l1_size_gb: float = 0.25,
         port: int | None = None,
         lazy_l1: bool = True,
+        extra_args: Sequence[str] = (),
     ):
         self.port = port or free_port()  # a given port: restart a server where workers expect it
         self.http_port = free_port()
@@ -121,6 +122,7 @@ class LMCacheServer:
             self.argv += ["--shm-name", shm_name]
         if shm_name or not lazy_l1:
             self.argv += ["--no-l1-use-lazy"]
+        self.argv += extra_args
         self.env = child_env(env)
         self.process: Any = None  # subprocess.Popen or _spawn.ForkedProcess
 

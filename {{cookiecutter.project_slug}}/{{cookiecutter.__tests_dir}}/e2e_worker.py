@@ -12,6 +12,8 @@ Protocol (one JSON line per step on stdout; logs go to stderr):
                register a second, all-zero KV cache                  -> {"phase": "ready"}
   stdin line   ``retrieve <request_id> [first token]`` (after the scheduler's lookup with that id):
                retrieve into disjoint zeroed blocks, compare bytes   -> {"phase": "retrieve", ...}
+               (per layer, the block positions restored byte-exact and the layers with
+               bytes written outside them: a sliding window restores only its window)
   stdin line   ``store <first token> [tokens]``: store another prompt (``--tokens`` long unless
                given), with KV bytes seeded by it (so a retrieve that returned another
                prompt's chunks shows)                                  -> {"phase": "store", ...}
@@ -54,9 +56,30 @@ def kv_shape(
     return {f"layer.{i}": shape for i in range(layers)}
 
 
-def blocks_of(layer: torch.Tensor, blocks: list[int], layout: str) -> torch.Tensor:
-    """The given paged blocks of one layer (the block dimension is MLA's first, flash attention's second)."""
-    return layer[blocks] if layout == "mla" else layer[:, blocks]
+def block_of(layer: torch.Tensor, block: int, layout: str) -> torch.Tensor:
+    """One paged block of one layer, a view (the block dimension is MLA's first, flash attention's second)."""
+    return layer[block] if layout == "mla" else layer[:, block]
+
+
+def engine_groups(layers: int, windows: list[int]) -> list[list[int]]:
+    """Layer indices per engine group: layer ``i`` is in group ``i % len(windows)`` (hybrid models interleave)."""
+    return [list(range(group, layers, len(windows))) for group in range(len(windows))]
+
+
+def compare(
+    target: torch.Tensor, stored: torch.Tensor, target_blocks: list[int], source_blocks: list[int], layout: str
+) -> tuple[list[int], bool]:
+    """Positions ``i`` where ``target`` block ``target_blocks[i]`` holds ``stored`` block ``source_blocks[i]``
+    byte for byte, and whether any other byte of ``target`` (zeroed before the retrieve) is not zero."""
+    target, stored = target.cpu().view(torch.uint8), stored.view(torch.uint8)
+    restored = [
+        i
+        for i, (got, want) in enumerate(zip(target_blocks, source_blocks, strict=True))
+        if torch.equal(block_of(target, got, layout), block_of(stored, want, layout))
+    ]
+    for i in restored:
+        block_of(target, target_blocks[i], layout).zero_()
+    return restored, bool(target.any())
 
 
 def source_kv(
@@ -98,7 +121,16 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
             "lmcache.mp.heartbeat_interval": 1.0,
         },
     )
-    register_kv_caches(adapter, kv)
+    infos = []
+    if len(args.sw_windows) > 1:  # a hybrid model: one engine group (block-id space) per window
+        from lmcache.v1.multiprocess.group_view import EngineGroupInfo
+
+        layers = engine_groups(args.layers, args.sw_windows)
+        infos = [
+            EngineGroupInfo(group, tuple(layers[group]), tokens_per_block=BLOCK_SIZE, sw_size_tokens=window)
+            for group, window in enumerate(args.sw_windows)
+        ]
+    register_kv_caches(adapter, kv, infos)
     return adapter
 
 
@@ -121,6 +153,13 @@ def main() -> int:
     parser.add_argument("--head-size", type=int, help=f"default {HEAD_SIZE}; {MLA_HEAD_SIZE} with --layout mla")
     parser.add_argument("--layout", default="flash", choices=["flash", "mla"])
     parser.add_argument("--first-token", type=int, default=7, help="distinct prompts for repeated runs")
+    parser.add_argument(
+        "--sw-windows",
+        type=lambda text: [int(window) for window in text.split(",")],
+        default=[-1],
+        help="one engine group per entry, its sliding window in tokens (-1: full attention); "
+        "more than one: a hybrid model, layer i in group i %% entries, LMCache-driven only",
+    )
     args = parser.parse_args()
     args.head_size = args.head_size or (MLA_HEAD_SIZE if args.layout == "mla" else HEAD_SIZE)
     # The test sends SIGUSR1 before killing a stalled worker: the stacks land in its log.
@@ -140,8 +179,10 @@ def main() -> int:
         return source_kv(args.layers, num_blocks, seed, args.heads, args.head_size, args.layout)
 
     expected = kv_for(args.first_token)
-    # Source worker: seeded KV in blocks [0, used_blocks).
-    source_blocks = list(range(used_blocks))
+    # Source worker: seeded KV in blocks [g, g + used_blocks) of engine group g (its own block ids).
+    groups = engine_groups(args.layers, args.sw_windows)
+    group_of = {f"layer.{layer}": group for group, layers in enumerate(groups) for layer in layers}
+    source_blocks = [[g + block for block in range(used_blocks)] for g in range(len(groups))]
     source_kv_device = {name: t.to(device) for name, t in expected.items()}
     source = make_adapter(args, source_kv_device)
     from {{ cookiecutter.__package }}._lmcache_compat import recorded_event  # after lmcache
@@ -151,8 +192,8 @@ def main() -> int:
             for name, values in kv_for(first_token).items():
                 source_kv_device[name].copy_(values)
         prompt = token_ids(tokens, first_token)
-        blocks = source_blocks[: -(-tokens // BLOCK_SIZE)]
-        op = LoadStoreOp(token_ids=prompt, block_ids=[blocks], start=0, end=tokens)
+        op = LoadStoreOp(token_ids=prompt, block_ids=[b[: -(-tokens // BLOCK_SIZE)] for b in source_blocks],
+                         start=0, end=tokens)  # fmt: skip
         # A fresh request id per store: the server caches a request's chunk hashes by
         # id, so reusing one for another prompt "stores" nothing and still says True.
         store_id = f"store-{uuid.uuid4().hex}"
@@ -184,13 +225,13 @@ def main() -> int:
     getattr(destination, "_ensure_heartbeat_started", lambda: None)()
     # Reversed and disjoint from the stored range: retrieval must not depend
     # on block positions.
-    target_blocks = list(range(num_blocks - 1, num_blocks - 1 - used_blocks, -1))
+    target_blocks = [list(range(num_blocks - 1 - g, num_blocks - 1 - g - used_blocks, -1)) for g in range(len(groups))]
 
     def retrieve(request_id: str, first_token: int) -> None:
         for t in target.values():
             t.zero_()
         prompt = token_ids(args.tokens, first_token)
-        op = LoadStoreOp(token_ids=prompt, block_ids=[target_blocks], start=0, end=args.tokens)
+        op = LoadStoreOp(token_ids=prompt, block_ids=target_blocks, start=0, end=args.tokens)
         started = time.perf_counter()
         error = ""
         try:
@@ -202,19 +243,22 @@ def main() -> int:
         getattr(torch, args.device).synchronize()
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
         stored = kv_for(first_token)
-        matches = all(
-            torch.equal(
-                blocks_of(target[name], target_blocks, args.layout).cpu().view(torch.uint8),
-                blocks_of(stored[name], source_blocks, args.layout).view(torch.uint8),
+        restored, stray = {}, []
+        for name, values in stored.items():
+            group = group_of[name]
+            restored[name], written_elsewhere = compare(
+                target[name], values, target_blocks[group], source_blocks[group], args.layout
             )
-            for name in stored
-        )
+            if written_elsewhere:
+                stray.append(name)
         report(
             phase="retrieve",
             rank=args.rank,
             ok=ok,
             error=error,
-            bytes_match=matches,
+            bytes_match=not stray and all(len(p) == used_blocks for p in restored.values()),
+            restored=restored,
+            stray=stray,
             kv_device_type=next(iter(target.values())).device.type,
             elapsed_ms=elapsed_ms,
         )

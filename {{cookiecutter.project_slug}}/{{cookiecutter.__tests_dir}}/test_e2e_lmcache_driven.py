@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from _engine import Cluster, workers
-from _servers import CHUNK, LMCacheServer, new_shm_entries, shm_entries
-from e2e_worker import token_ids
+from _servers import CHUNK, PLUGIN_SERVER_ENV, LMCacheServer, new_shm_entries, running_server, shm_entries
+from e2e_worker import BLOCK_SIZE, DTYPE, HEAD_SIZE, NUM_HEADS, token_ids
 
 pytestmark = pytest.mark.e2e
 
@@ -94,6 +94,54 @@ def test_mla_latent_caches_round_trip_byte_exact_through_the_server(  # type: ig
         assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)], retrieved[0]["log"][-3000:]
     finally:
         assert ranks.close() == [0], "the rank must unregister and exit cleanly"
+
+
+#: A hybrid model's engine groups, by sliding window in tokens: full attention (-1), a window shorter
+#: than a chunk (each chunk keeps only its last window) and one longer (the chunks it reaches, whole).
+HYBRID_WINDOWS = [-1, CHUNK // 2, CHUNK + CHUNK // 2]
+
+
+def restored_blocks(window: int) -> list[int]:
+    """The prompt's blocks a retrieve restores for a group with this window: LMCache reads the chunks the
+    window reaches from the end, and of each only the last ``window`` tokens (all of them without one)."""
+    if window < 0:
+        return list(range(TOKENS // BLOCK_SIZE))
+    chunks, kept = -(-window // CHUNK), min(window, CHUNK)
+    ends = range(TOKENS - (chunks - 1) * CHUNK, TOKENS + 1, CHUNK)
+    return [token // BLOCK_SIZE for end in ends for token in range(end - kept, end, BLOCK_SIZE)]
+
+
+def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothing_else(  # type: ignore[no-untyped-def]
+    spec, tmp_path: Path
+) -> None:
+    """Sliding-window and full-attention layers in their own engine groups (own block ids), on a server with
+    ``--separate-object-groups``: full attention comes back whole, each window exactly its blocks, through
+    this plugin's staging; no other byte of any layer changes."""
+    if not spec.is_lmcache_driven_available():
+        pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
+    windows = ",".join(map(str, HYBRID_WINDOWS))
+    with running_server(tmp_path / "server.log", transfer_mode="lmcache_driven", env=PLUGIN_SERVER_ENV,
+                        extra_args=["--separate-object-groups"]) as server:  # fmt: skip
+        ranks = Cluster(server, tmp_path, model="ld-hybrid", world_size=1, tokens=TOKENS, mode="lmcache_driven",
+                        worker_args=["--layers", str(2 * len(HYBRID_WINDOWS)), f"--sw-windows={windows}"])  # fmt: skip
+        try:
+            assert ranks.stored[0]["ok"], ranks.stored[0]["log"][-3000:]
+            request_id, hit = ranks.scheduler.lookup_until("hybrid", token_ids(TOKENS), TOKENS)
+            assert hit == TOKENS, "the store was acknowledged but never committed"
+            # Each group holds, per chunk, K and V of its 2 layers for the tokens it keeps.
+            kept_tokens = sum(min(CHUNK, window) if window > 0 else CHUNK for window in HYBRID_WINDOWS)
+            token_bytes = 2 * 2 * NUM_HEADS * HEAD_SIZE * DTYPE.itemsize
+            stored_bytes = server.l1_status()["memory_used_bytes"]
+            assert stored_bytes == TOKENS // CHUNK * kept_tokens * token_bytes, "a window must store only its tokens"
+            retrieved = ranks.retrieve(request_id)[0]
+            ranks.scheduler.end_session(request_id)
+        finally:
+            assert ranks.close() == [0], "the rank must unregister and exit cleanly"
+        assert retrieved["ok"], retrieved["log"][-3000:]
+        expected = {f"layer.{layer}": restored_blocks(HYBRID_WINDOWS[layer % len(HYBRID_WINDOWS)])
+                    for layer in range(2 * len(HYBRID_WINDOWS))}  # fmt: skip
+        assert (retrieved["restored"], retrieved["stray"]) == (expected, []), server.log_tail()
+        assert "{{ cookiecutter.class_prefix }}CacheContext:" in server.log(), "the server must build this plugin's cache context"
 
 
 @pytest.mark.parametrize("server", SERVER_KINDS, indirect=True)
