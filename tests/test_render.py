@@ -34,7 +34,10 @@ EXPECTED_FILES = {
     "src/lmcache_foo/doctor.py",
     "src/lmcache_foo/py.typed",
     "src/lmcache_foo/emulator/__init__.py",
+    "src/lmcache_foo/emulator/_streams.py",
+    "src/lmcache_foo/emulator/csrc/emulator.h",
     "src/lmcache_foo/emulator/csrc/host_device.cpp",
+    "src/lmcache_foo/emulator/csrc/streams.cpp",
     "tests/_engine.py",
     "tests/_servers.py",
     "tests/_spawn.py",
@@ -56,6 +59,7 @@ EXPECTED_FILES = {
     "tests/test_native_ops.py",
     "tests/test_ops_parity.py",
     "tests/test_spawn.py",
+    "tests/test_streams.py",
 }
 NATIVE_FILES = {"setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/native_ops.py"}
 LMCACHE_DRIVEN_FILES = {

@@ -19,7 +19,8 @@ for a non-CUDA device:
   objects as CPU tensors, but the server passes addresses in its
   {{ cookiecutter.device_name }} staging buffer;
 * ``record_completion_on_stream`` / ``record_event_on_stream``: the baseline
-  publishes at once, before queued device work has finished.
+  publishes at once, before queued device work has finished; these publish from
+  a host function on the stream, after it.
 {%- endif %}
 
 Imported lazily by ``{{ cookiecutter.class_prefix }}DeviceSpec.ops_cls``, after ``import lmcache`` finished.
@@ -28,6 +29,9 @@ Imported lazily by ``{{ cookiecutter.class_prefix }}DeviceSpec.ops_cls``, after 
 from __future__ import annotations
 
 import ctypes
+{%- if cookiecutter.lmcache_driven != 'no' %}
+import functools
+{%- endif %}
 import math
 {%- if cookiecutter.native_ops == 'yes' %}
 import os
@@ -230,13 +234,13 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         return [self.tensor_from_ptr(address, shape, dtype, device) for address in addresses]
 
     def record_completion_on_stream(self, cuda_stream_ptr: int, kind: str, payload: bytes) -> None:
-        """Publish a completion only after the work queued before it has finished.
+        """Publish a completion once the work queued on the stream before it has finished; returns at once.
 
-        TODO(vendor): enqueue a host callback on the stream ``cuda_stream_ptr``
-        instead of synchronizing the device.
+        TODO(vendor): your runtime's host-function launch on the stream ``cuda_stream_ptr``
+        (LMCache's CUDA op calls ``cudaLaunchHostFunc`` from C++, whose callback never takes the GIL).
         """
-        getattr(torch, TORCH_MODULE_NAME).synchronize()
-        torch_ops.record_completion_on_stream(cuda_stream_ptr, kind, payload)
+        publish = functools.partial(torch_ops.record_completion_on_stream, cuda_stream_ptr, kind, payload)
+        getattr(torch, TORCH_MODULE_NAME).launch_host_func(cuda_stream_ptr, publish)
 
     def record_event_on_stream(
         self,
@@ -247,8 +251,11 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         int_metadata: dict[str, int],
     ) -> None:
         """Publish an observability event after the queued device work (see above)."""
-        getattr(torch, TORCH_MODULE_NAME).synchronize()
-        torch_ops.record_event_on_stream(cuda_stream_ptr, event_type_name, session_id, str_metadata, int_metadata)
+        publish = functools.partial(
+            torch_ops.record_event_on_stream, cuda_stream_ptr, event_type_name, session_id, dict(str_metadata),
+            dict(int_metadata),
+        )  # fmt: skip
+        getattr(torch, TORCH_MODULE_NAME).launch_host_func(cuda_stream_ptr, publish)
 
 {%- endif %}
 

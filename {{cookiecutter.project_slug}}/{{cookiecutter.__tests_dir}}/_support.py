@@ -13,7 +13,9 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,35 @@ def run_python(
     # Outside the source tree's src/ on sys.path.
     return _spawn.run([sys.executable, "-c", code], env=child_env(env), timeout=timeout, cwd=HERE.parent.parent,
                       fresh=fresh)  # fmt: skip
+
+
+def gather_to_cpu(kv: dict[str, torch.Tensor], *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+    """LMCache's ``gather_paged_kv_to_cpu``, then a synchronization of the KV caches' device: its copies
+    into the CPU chunks may still run when it returns (its docstring leaves synchronizing to the caller)."""
+    from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu
+
+    chunks = gather_paged_kv_to_cpu(kv, *args, **kwargs)
+    device = next(iter(kv.values())).device
+    if device.type != "cpu":
+        getattr(torch, device.type).synchronize(device)
+    return chunks
+
+
+@contextmanager
+def held(stream: Any, timeout: float = 5) -> Iterator[None]:
+    """``stream`` blocked behind a host function until the block ends (or ``timeout``): work queued on it
+    meanwhile has not run, deterministically. Skips the test on a runtime without ``launch_host_func``."""
+    import pytest
+
+    launch = getattr(getattr(torch, stream.device.type), "launch_host_func", None)
+    if launch is None:
+        pytest.skip(f"torch.{stream.device.type} has no launch_host_func to hold a stream with")
+    gate = threading.Event()
+    launch(stream, lambda: gate.wait(timeout))
+    try:
+        yield
+    finally:
+        gate.set()
 
 
 #: Paged KV geometry shared by the op-level tests: block size, blocks, heads, head size, layers.

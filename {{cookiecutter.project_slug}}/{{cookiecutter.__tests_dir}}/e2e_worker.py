@@ -172,6 +172,7 @@ def main() -> int:
     used_blocks = args.tokens // BLOCK_SIZE
     num_blocks = 2 * used_blocks + 2
     device = torch.device(args.device, args.rank % max(1, _device_count(args.device)))
+    getattr(torch, device.type).set_device(device)  # as a vLLM worker does: LMCache uses the current device
 
     def kv_for(first_token: int) -> dict[str, torch.Tensor]:
         """The KV bytes stored under the prompt starting at ``first_token`` (CPU, recomputed on demand)."""
@@ -240,7 +241,7 @@ def main() -> int:
             ok = bool(future.result(timeout=args.mq_timeout))
         except Exception as exc:  # noqa: BLE001 - reported to the test
             ok, error = False, f"{type(exc).__name__}: {exc}"
-        getattr(torch, args.device).synchronize()
+        getattr(torch, device.type).synchronize(device)  # the rank's device, not the current one
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
         stored = kv_for(first_token)
         restored, stray = {}, []

@@ -10,14 +10,14 @@ group's kernel groups back to back, a sliding-window group sized for its window.
 from __future__ import annotations
 
 import itertools
+import time
 
 import lmcache
 import pytest
 import torch
-from _support import seeded_kv
+from _support import gather_to_cpu, held, seeded_kv
 from conftest import on_emulator, open_mappings
 from lmcache.v1.multiprocess.group_view import EngineGroupInfo
-from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu
 from lmcache.v1.platform.cache_context import create_cache_context
 from lmcache.v1.platform.kv_wrap import wrap_kv_caches
 
@@ -72,6 +72,22 @@ def test_closing_a_cache_context_drains_its_stream_before_unmapping_and_twice_cl
     assert log.count("close") == len(source)
 
 
+def test_host_callbacks_of_a_cache_context_run_after_its_streams_work_and_return_at_once(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """cupy_stream.launch_host_func (LMCache releases events and read locks with it) waits for nothing itself."""
+    context = create_cache_context(wrap_kv_caches(kv_caches()), CHUNK, {"kv_layout": "NHD"})
+    calls: list[str] = []
+    with held(context.stream):
+        started = time.monotonic()
+        context.cupy_stream.launch_host_func(calls.append, "done")
+        took = time.monotonic() - started
+        time.sleep(0.1)  # work launched on any other stream has run by now
+        early = list(calls)
+    context.cupy_stream.synchronize()
+    context.close()
+    assert took < 1.0, f"launch_host_func blocked its caller for {took:.1f}s"
+    assert (early, calls) == ([], ["done"]), "the callback ran before the work queued ahead of it"
+
+
 def test_a_cache_context_that_fails_part_way_unmaps_what_it_had_mapped(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
     """The last layer failing to map after the others were mapped leaves no mapping behind (the wrappers stay alive)."""
     if not on_emulator():
@@ -102,7 +118,7 @@ def test_pointer_mode_transfer_into_the_staging_buffer_reproduces_the_paged_data
 
     source = seeded_kv(LAYER_SHAPES[layout], 5, device=DEVICE)
     block_size = 16  # both shapes: (..., blocks, block_size, ...)
-    expected = gather_paged_kv_to_cpu(
+    expected = gather_to_cpu(
         {k: v.cpu() for k, v in source.items()}, [9, 4], CHUNK // block_size, layout_hints={"kv_layout": "NHD"}
     )[0]
     context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})

@@ -141,7 +141,8 @@ def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothin
         expected = {f"layer.{layer}": restored_blocks(HYBRID_WINDOWS[layer % len(HYBRID_WINDOWS)])
                     for layer in range(2 * len(HYBRID_WINDOWS))}  # fmt: skip
         assert (retrieved["restored"], retrieved["stray"]) == (expected, []), server.log_tail()
-        assert "{{ cookiecutter.class_prefix }}CacheContext:" in server.log(), "the server must build this plugin's cache context"
+        built = "{{ cookiecutter.class_prefix }}CacheContext:" in server.log()
+        assert built, "the server must build this plugin's cache context"
 
 
 @pytest.mark.parametrize("server", SERVER_KINDS, indirect=True)

@@ -8,6 +8,7 @@ both answers.
 
 from __future__ import annotations
 
+import gc
 import types
 
 import pytest
@@ -76,13 +77,8 @@ def test_event_backend_runs_the_full_ipc_cycle(lmcache_driven) -> None:  # type:
     assert backend.query_event(imported) is True
 
 
-def test_an_exported_event_is_imported_and_waited_on_in_a_second_process(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """The server's side of the handshake: a fresh process imports the worker's event handle and synchronizes on it."""
-    backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
-    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
-    event = backend.create_event(device)
-    backend.record_event(event, runtime.current_stream(device))
-    handle = backend.export_event(event, device)
+def import_in_another_process(handle: bytes) -> None:
+    """The server's side of the handshake: a new process imports the event handle, waits and synchronizes."""
     done = run_python(
         f"""
 import lmcache, torch
@@ -96,6 +92,26 @@ print("imported", backend.query_event(imported))
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-2:] == ["imported", "True"]
+
+
+def test_an_exported_event_is_imported_and_waited_on_in_a_second_process(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """A fresh process imports the worker's event handle and synchronizes on it."""
+    backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
+    event = backend.create_event(device)
+    backend.record_event(event, getattr(torch, "{{ cookiecutter.__torch_module_name }}").current_stream(device))
+    import_in_another_process(backend.export_event(event, device))
+
+
+def test_an_exported_event_stays_importable_after_its_creator_drops_it(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+    """LMCache exports an event and lets go of it; the backend keeps it alive while its handle may be imported
+    (a destroyed event's handle is stale, as on a device)."""
+    backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
+    event = backend.create_event(device)
+    backend.record_event(event, getattr(torch, "{{ cookiecutter.__torch_module_name }}").current_stream(device))
+    handle = backend.export_event(event, device)
+    del event
+    gc.collect()
+    import_in_another_process(handle)
 
 
 def test_events_are_created_exported_and_imported_on_their_own_device(lmcache_driven) -> None:  # type: ignore[no-untyped-def]

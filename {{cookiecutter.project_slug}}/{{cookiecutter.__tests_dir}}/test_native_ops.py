@@ -12,11 +12,12 @@ import importlib
 import importlib.util
 import inspect
 import textwrap
+import time
 
 import lmcache
 import pytest
 import torch
-from _support import BLOCK_IDS, BS, KV_LAYOUTS, run_python, same_bytes, seeded_kv
+from _support import BLOCK_IDS, BS, KV_LAYOUTS, gather_to_cpu, held, run_python, same_bytes, seeded_kv
 from lmcache.v1.multiprocess.transfer_context.base import (
     _detect_block_transfer_accepts_tensor,
     gather_paged_kv_to_cpu,
@@ -93,9 +94,9 @@ def test_native_transfers_equal_the_baseline_both_ways(  # type: ignore[no-untyp
     shape, hints = {**NATIVE_LAYOUTS, **FALLBACK_LAYOUTS}[layout]
     source = seeded_kv(shape, seed=11, dtype=dtype)
     before = dict(native._calls)
-    expected = gather_paged_kv_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+    expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
     on_device = {k: v.to(DEVICE) for k, v in source.items()}
-    got = gather_paged_kv_to_cpu(on_device, BLOCK_IDS, 2, layout_hints=hints)
+    got = gather_to_cpu(on_device, BLOCK_IDS, 2, layout_hints=hints)
     assert all(same_bytes(g, e) for g, e in zip(got, expected, strict=True))
     zeros = {k: torch.zeros_like(v) for k, v in source.items()}
     on_device = {k: v.to(DEVICE) for k, v in zeros.items()}
@@ -106,6 +107,26 @@ def test_native_transfers_equal_the_baseline_both_ways(  # type: ignore[no-untyp
     path = "native" if layout in NATIVE_LAYOUTS else "fallback"
     key = f"multi_layer_block_kv_transfer:{path}"
     assert native._calls[key] >= before.get(key, 0) + 2, f"expected the {path} path for {layout}"
+
+
+def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(native) -> None:  # type: ignore[no-untyped-def]
+    """A native gather queued behind pending work writes nothing until that work has run, then the right bytes:
+    kernels are launched on the device's current stream (not run on the host, not on a stream of their own)."""
+    shape, hints = NATIVE_LAYOUTS["flash_nhd"]
+    source = seeded_kv(shape, seed=12)
+    expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+    on_device = {k: v.to(DEVICE) for k, v in source.items()}
+    out = [torch.zeros_like(chunk) for chunk in expected]
+    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
+    before = native._calls["multi_layer_block_kv_transfer:native"]
+    with held(runtime.current_stream()):
+        gather_paged_kv_to_cpu(on_device, BLOCK_IDS, 2, layout_hints=hints, out=out)
+        time.sleep(0.1)  # work launched on any other stream has run by now
+        early = [int(chunk.count_nonzero()) for chunk in out]
+    runtime.synchronize()
+    assert native._calls["multi_layer_block_kv_transfer:native"] > before, "the native kernel did not run"
+    assert early == [0] * len(out), "the kernel ran ahead of the current stream's work (on the host or another stream)"
+    assert all(same_bytes(got, want) for got, want in zip(out, expected, strict=True))
 
 
 def test_missing_compiled_module_fails_soft_to_the_baseline(native) -> None:  # type: ignore[no-untyped-def]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import lmcache  # noqa: F401 - builds the registry with conftest's environment
 import pytest
 import torch
-from _support import BLOCK_IDS, BS, KV_LAYOUTS, same_bytes, seeded_kv
-from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu, scatter_cpu_to_paged_kv
+from _support import BLOCK_IDS, BS, KV_LAYOUTS, gather_to_cpu, same_bytes, seeded_kv
+from lmcache.v1.multiprocess.transfer_context.base import scatter_cpu_to_paged_kv
 from lmcache.v1.platform import resolve_device_ops
 
 DEVICE = "{{ cookiecutter.device_name }}"
@@ -54,8 +54,8 @@ def test_gather_d2h_matches_the_cpu_baseline(layout: str, dtype: torch.dtype) ->
     """multi_layer_block_kv_transfer D2H: chunks gathered from the device equal the CPU result."""
     shape, hints = LAYOUTS[layout]
     kv_cpu = seeded_kv(shape, seed=1, dtype=dtype)
-    expected = gather_paged_kv_to_cpu(kv_cpu, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
-    got = gather_paged_kv_to_cpu(on_device(kv_cpu), BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
+    expected = gather_to_cpu(kv_cpu, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
+    got = gather_to_cpu(on_device(kv_cpu), BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
     assert len(got) == len(expected) == len(BLOCK_IDS) // BLOCKS_PER_CHUNK
     for chunk_got, chunk_expected in zip(got, expected, strict=True):
         assert chunk_got.device.type == "cpu"
@@ -68,7 +68,7 @@ def test_scatter_h2d_matches_the_cpu_baseline(layout: str, skip_tokens: int) -> 
     """multi_layer_block_kv_transfer H2D, with skipped prefix blocks: device KV equals the CPU result."""
     shape, hints = LAYOUTS[layout]
     source = seeded_kv(shape, seed=2)
-    chunks = gather_paged_kv_to_cpu(source, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
+    chunks = gather_to_cpu(source, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
     kv_cpu = {name: torch.zeros_like(t) for name, t in source.items()}
     kv_dev = on_device(kv_cpu)
     for kv in (kv_cpu, kv_dev):
@@ -115,11 +115,11 @@ def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str, inde
     ops = resolve_device_ops(DEVICE)
     if direction == "H2D":
         ops.lmcache_memcpy_async(dev.data_ptr(), host.data_ptr(), nbytes, TransferDirection.H2D, 0, 4096)
-        getattr(torch, "{{ cookiecutter.__torch_module_name }}").synchronize()
+        getattr(torch, "{{ cookiecutter.__torch_module_name }}").synchronize(dev.device)  # the copy is asynchronous
         assert same_bytes(dev, expected)
     else:
         ops.lmcache_memcpy_async(host.data_ptr(), dev.data_ptr(), nbytes, TransferDirection.D2H, 0, 4096)
-        getattr(torch, "{{ cookiecutter.__torch_module_name }}").synchronize()
+        getattr(torch, "{{ cookiecutter.__torch_module_name }}").synchronize(dev.device)  # not the current device
         assert same_bytes(host, expected)
     assert not compat.baseline_loaded_cuda_runtime()
 

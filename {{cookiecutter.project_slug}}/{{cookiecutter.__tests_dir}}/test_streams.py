@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""Stream order: what a device runtime guarantees, and what this plugin must wait for.
+
+On a device, work queued on a stream runs later. Code that publishes, reads or
+frees before that work has run passes on a synchronous emulator and fails on
+hardware; the CPU emulator's streams are asynchronous for that reason. The
+first tests pin down the runtime's rules the plugin relies on (a stream held
+behind a host function makes them deterministic); the last ones check that the
+plugin's recorders publish after the queued work, without blocking the caller.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from _support import held
+from lmcache.v1.platform import resolve_device_ops, torch_ops
+
+DEVICE = "{{ cookiecutter.device_name }}"
+#: Longer than a recorder that waits for the held stream would take to give up (held()'s timeout is 5 s).
+RETURNS_AT_ONCE = 1.0
+
+
+@pytest.fixture
+def runtime():  # type: ignore[no-untyped-def]
+    module = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)
+    if module is None:
+        pytest.skip(f"torch.{{ cookiecutter.__torch_module_name }} is not loaded: no {DEVICE} device here")
+    return module
+
+
+def test_a_non_blocking_copy_to_pinned_memory_is_seen_only_after_a_synchronization(runtime) -> None:  # type: ignore[no-untyped-def]
+    """D2H with non_blocking=True into pinned memory returns at once; the host sees the bytes after synchronize()."""
+    source = torch.arange(4096, dtype=torch.int32).to(DEVICE)
+    host = torch.zeros(4096, dtype=torch.int32, pin_memory=True)
+    with held(runtime.current_stream()):
+        host.copy_(source, non_blocking=True)
+        seen_before = int(host.count_nonzero())
+    runtime.synchronize()
+    assert seen_before == 0, "the copy ran before the work queued ahead of it"
+    assert torch.equal(host, source.cpu())
+
+
+def test_an_event_completes_only_after_the_work_queued_before_its_record(runtime) -> None:  # type: ignore[no-untyped-def]
+    """query() is False while the recorded stream's earlier work is pending; synchronize() waits for it."""
+    stream = runtime.Stream(0)
+    event = runtime.Event()
+    with held(stream):
+        event.record(stream)
+        pending = event.query()
+    event.synchronize()
+    assert pending is False and event.query() is True
+
+
+def test_a_stream_waiting_on_an_event_runs_after_the_events_work(runtime) -> None:  # type: ignore[no-untyped-def]
+    """Producer stream: copy into X, record. Consumer stream: wait, copy X into Y. Y holds the producer's bytes."""
+    producer, consumer = runtime.Stream(0), runtime.Stream(0)
+    source = torch.arange(1 << 16, dtype=torch.int32).to(DEVICE)
+    middle, target = torch.zeros_like(source), torch.zeros_like(source)
+    event = runtime.Event()
+    with held(producer):
+        with runtime.stream(producer):
+            middle.copy_(source)
+            event.record(producer)
+        with runtime.stream(consumer):
+            event.wait(consumer)
+            target.copy_(middle)
+    consumer.synchronize()
+    assert torch.equal(target.cpu(), source.cpu())
+
+
+def test_completions_and_observability_events_are_published_after_the_queued_work_and_the_caller_goes_on(  # type: ignore[no-untyped-def]
+    runtime, spec
+) -> None:
+    """record_completion_on_stream / record_event_on_stream: nothing is published while the stream's earlier
+    work is pending (LMCache commits a store on "finish_write"), and neither call waits for that work."""
+    ops = resolve_device_ops(DEVICE)
+    stream = runtime.Stream(0)
+    handle = spec.get_stream_handle(stream)
+    torch_ops.drain_recorded_completions()  # what earlier tests left
+    torch_ops.drain_recorded_events()
+    with held(stream):
+        started = time.monotonic()
+        ops.record_completion_on_stream(handle, "finish_write", b"payload")
+        ops.record_event_on_stream(handle, "mp.store.end", "session", {"device": DEVICE}, {"bytes": 1})
+        took = time.monotonic() - started
+        time.sleep(0.1)  # work launched on any other stream has run by now
+        early = torch_ops.drain_recorded_completions(), torch_ops.drain_recorded_events()
+    stream.synchronize()
+    assert took < RETURNS_AT_ONCE, f"a recorder blocked its caller for {took:.1f}s: launch a host function instead"
+    assert early == ([], []), "published before the work queued ahead of it had run"
+    assert torch_ops.drain_recorded_completions() == [("finish_write", b"payload")]
+    assert [event[:2] for event in torch_ops.drain_recorded_events()] == [("mp.store.end", "session")]
