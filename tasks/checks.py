@@ -21,6 +21,10 @@ GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.]+ \}\}")
 IN_TREE_RUFF = ("--isolated", "--line-length", "120", "--select", "E,F,W,I,B,UP", "--ignore", "B009,I001")
 #: The modules LMCache-driven transfer adds to the package.
 LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "event_ipc.py", "pin_memory.py")
+#: What the wheel ships of the CPU emulator: its Python and the C++ it compiles on first use.
+EMULATOR_FILES = (
+    "__init__.py", "_streams.py", "csrc/emulator.h", "csrc/host_device.cpp", "csrc/memory.cpp", "csrc/streams.cpp",
+)  # fmt: skip
 
 
 def context(project: Path) -> dict:
@@ -90,7 +94,7 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
         if required not in names:
             problems.append(f"wheel lacks {required}")
     shipped = {
-        "the emulator": (f"{package}/emulator/csrc/host_device.cpp" in names, ctx["emulator"] == "yes"),
+        "the emulator": (all(f"{package}/emulator/{f}" in names for f in EMULATOR_FILES), ctx["emulator"] == "yes"),
         "native ops": (
             any(n.startswith(f"{package}/_kernels") and n.endswith(".so") for n in names)
             and f"{package}/native_ops.py" in names,

@@ -45,7 +45,7 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
         "__init__.py", "_lmcache_compat.py", "device_ops.py", "ipc_wrapper.py", "cache_context.py", "event_ipc.py",
         "pin_memory.py", "emulator/__init__.py", "emulator/_streams.py", "emulator/csrc/emulator.h",
-        "emulator/csrc/host_device.cpp", "emulator/csrc/streams.cpp")}  # fmt: skip
+        "emulator/csrc/host_device.cpp", "emulator/csrc/memory.cpp", "emulator/csrc/streams.cpp")}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
         "_engine.py", "_servers.py", "_spawn.py", "_support.py", "_zygote.py", "conftest.py", "e2e_worker.py", "test_cache_context.py", "test_discovery.py", "test_e2e_engine_driven.py",
         "test_e2e_lmcache_driven.py", "test_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_ops_parity.py",

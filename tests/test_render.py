@@ -37,6 +37,7 @@ EXPECTED_FILES = {
     "src/lmcache_foo/emulator/_streams.py",
     "src/lmcache_foo/emulator/csrc/emulator.h",
     "src/lmcache_foo/emulator/csrc/host_device.cpp",
+    "src/lmcache_foo/emulator/csrc/memory.cpp",
     "src/lmcache_foo/emulator/csrc/streams.cpp",
     "tests/_engine.py",
     "tests/_servers.py",

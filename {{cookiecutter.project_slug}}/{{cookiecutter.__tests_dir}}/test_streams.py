@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""Stream order: what a device runtime guarantees, and what this plugin must wait for.
+"""Stream order and device memory: what a device runtime guarantees, and what this plugin must respect.
 
-On a device, work queued on a stream runs later. Code that publishes, reads or
-frees before that work has run passes on a synchronous emulator and fails on
-hardware; the CPU emulator's streams are asynchronous for that reason. The
-first tests pin down the runtime's rules the plugin relies on (a stream held
-behind a host function makes them deterministic); the last ones check that the
-plugin's recorders publish after the queued work, without blocking the caller.
+On a device, work queued on a stream runs later, and host code cannot touch
+device memory. Code that publishes, reads or frees before queued work has run,
+or dereferences a device pointer, passes on a kind emulator and fails on
+hardware; the CPU emulator is strict for that reason. The first tests pin down
+the runtime's rules the plugin relies on (a stream held behind a host function
+makes them deterministic); the last ones check that the plugin's recorders
+publish after the queued work, without blocking the caller.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 
 import pytest
 import torch
-from _support import held
+from _support import held, run_python
 from lmcache.v1.platform import resolve_device_ops, torch_ops
 
 DEVICE = "{{ cookiecutter.device_name }}"
@@ -29,6 +30,25 @@ def runtime():  # type: ignore[no-untyped-def]
     if module is None:
         pytest.skip(f"torch.{{ cookiecutter.__torch_module_name }} is not loaded: no {DEVICE} device here")
     return module
+
+
+def test_host_code_that_dereferences_a_device_address_crashes_naming_the_memory(runtime) -> None:  # type: ignore[no-untyped-def]
+    """A device pointer is not a host address: reading it from host code crashes, as on hardware (the emulator
+    names the memory first), while copies and ops on the same tensor work."""
+    if not getattr(runtime, "is_emulator", False):
+        pytest.skip("crashes the process on purpose: run on the emulator only")
+    done = run_python(
+        f"""
+import ctypes, lmcache, torch
+memory = torch.arange(1024, dtype=torch.int32, device="{DEVICE}")
+print("sum", int(memory.sum()), flush=True)
+ctypes.string_at(memory.data_ptr(), 4)
+print("read it", flush=True)
+"""
+    )
+    assert done.stdout.split()[-2:] == ["sum", str(sum(range(1024)))], done.stderr[-3000:]
+    assert done.returncode < 0, "host code read device memory and went on"
+    assert "was read or written by host code" in done.stderr, done.stderr[-3000:]
 
 
 def test_a_non_blocking_copy_to_pinned_memory_is_seen_only_after_a_synchronization(runtime) -> None:  # type: ignore[no-untyped-def]
