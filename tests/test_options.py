@@ -48,7 +48,7 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
         "emulator/csrc/host_device.cpp", "emulator/csrc/memory.cpp", "emulator/csrc/streams.cpp")}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
         "_engine.py", "_servers.py", "_spawn.py", "_support.py", "_zygote.py", "conftest.py", "e2e_worker.py", "test_cache_context.py", "test_discovery.py", "test_e2e_engine_driven.py",
-        "test_e2e_lmcache_driven.py", "test_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_ops_parity.py",
+        "test_e2e_lmcache_driven.py", "test_faults.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_ops_parity.py",
         "test_spawn.py", "test_streams.py")}  # fmt: skip
     assert rendered == package | suite | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
     assert not [d for d in project.rglob("*") if d.is_dir() and not any(d.iterdir())], "empty directories left behind"

@@ -55,6 +55,7 @@ EXPECTED_FILES = {
     "tests/test_e2e_engine_driven.py",
     "tests/test_e2e_lmcache_driven.py",
     "tests/test_faults.py",
+    "tests/test_injected_faults.py",
     "tests/test_ipc_wrapper.py",
     "tests/test_lmcache_driven.py",
     "tests/test_native_ops.py",
