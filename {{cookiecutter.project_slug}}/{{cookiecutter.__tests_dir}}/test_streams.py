@@ -92,13 +92,13 @@ def test_a_stream_waiting_on_an_event_runs_after_the_events_work(runtime) -> Non
 
 
 def test_completions_and_observability_events_are_published_after_the_queued_work_and_the_caller_goes_on(  # type: ignore[no-untyped-def]
-    runtime, spec
+    runtime, lmcache_driven
 ) -> None:
     """record_completion_on_stream / record_event_on_stream: nothing is published while the stream's earlier
-    work is pending (LMCache commits a store on "finish_write"), and neither call waits for that work."""
+    work is pending (an LMCache-driven server commits a store on "finish_write"), and neither call waits for it."""
     ops = resolve_device_ops(DEVICE)
     stream = runtime.Stream(0)
-    handle = spec.get_stream_handle(stream)
+    handle = lmcache_driven.get_stream_handle(stream)
     torch_ops.drain_recorded_completions()  # what earlier tests left
     torch_ops.drain_recorded_events()
     with held(stream):
