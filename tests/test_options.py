@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.checks import IN_TREE_RUFF, files, leftover_syntax
+from tasks.checks import EMULATOR_FILES, IN_TREE_RUFF, files, leftover_syntax
 
 IN_TREE_PACKAGE = "lmcache/v1/platform/devices/foo"
 IN_TREE_TESTS = "tests/v1/platform/devices/foo"
@@ -44,8 +44,7 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     rendered = files(project)
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
         "__init__.py", "_lmcache_compat.py", "device_ops.py", "ipc_wrapper.py", "cache_context.py", "event_ipc.py",
-        "pin_memory.py", "emulator/__init__.py", "emulator/_streams.py", "emulator/csrc/emulator.h",
-        "emulator/csrc/host_device.cpp", "emulator/csrc/memory.cpp", "emulator/csrc/streams.cpp")}  # fmt: skip
+        "pin_memory.py", *(f"emulator/{name}" for name in EMULATOR_FILES))}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
         "_engine.py", "_servers.py", "_spawn.py", "_support.py", "_zygote.py", "conftest.py", "e2e_worker.py", "test_cache_context.py", "test_discovery.py", "test_e2e_engine_driven.py",
         "test_e2e_lmcache_driven.py", "test_faults.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_ops_parity.py",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import TEMPLATE
 
-from tasks.checks import files, leftover_syntax
+from tasks.checks import EMULATOR_FILES, files, leftover_syntax
 
 EXPECTED_FILES = {
     ".cookiecutter.json",
@@ -33,12 +33,7 @@ EXPECTED_FILES = {
     "src/lmcache_foo/device_ops.py",
     "src/lmcache_foo/doctor.py",
     "src/lmcache_foo/py.typed",
-    "src/lmcache_foo/emulator/__init__.py",
-    "src/lmcache_foo/emulator/_streams.py",
-    "src/lmcache_foo/emulator/csrc/emulator.h",
-    "src/lmcache_foo/emulator/csrc/host_device.cpp",
-    "src/lmcache_foo/emulator/csrc/memory.cpp",
-    "src/lmcache_foo/emulator/csrc/streams.cpp",
+    *(f"src/lmcache_foo/emulator/{name}" for name in EMULATOR_FILES),
     "tests/_engine.py",
     "tests/_servers.py",
     "tests/_spawn.py",

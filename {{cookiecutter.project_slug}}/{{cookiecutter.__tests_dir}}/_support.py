@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,8 +59,28 @@ def gather_to_cpu(kv: dict[str, torch.Tensor], *args: Any, **kwargs: Any) -> lis
     return chunks
 
 
+#: A call that returns within this many seconds did not wait for a held stream (held() holds it for 5 s).
+RETURNS_AT_ONCE = 1.0
+#: Seconds after which work queued on any stream but a held one has run (the emulator's latency is 200 µs).
+SETTLE = 0.1
+
+
+class Hold:
+    """What ``held()`` gives its block: how long the block's calls took, and a wait for other streams' work."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def settle(self) -> float:
+        """Seconds since the block began (its calls' duration), then wait ``SETTLE``: anything the calls
+        queued on another stream, or ran on the host, has happened by the time this returns."""
+        took = time.monotonic() - self.started
+        time.sleep(SETTLE)
+        return took
+
+
 @contextmanager
-def held(stream: Any, timeout: float = 5) -> Iterator[None]:
+def held(stream: Any, timeout: float = 5) -> Iterator[Hold]:
     """``stream`` blocked behind a host function until the block ends (or ``timeout``): work queued on it
     meanwhile has not run, deterministically. Skips the test on a runtime without ``launch_host_func``."""
     import pytest
@@ -70,7 +91,7 @@ def held(stream: Any, timeout: float = 5) -> Iterator[None]:
     gate = threading.Event()
     launch(stream, lambda: gate.wait(timeout))
     try:
-        yield
+        yield Hold()
     finally:
         gate.set()
 

@@ -190,10 +190,32 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         terminalreporter.write_line(f"{path:<38} tp{world_size} rank{rank} {phase:<8} {ms:8.1f}")
 
 
-def on_emulator() -> bool:
+def device_runtime():  # type: ignore[no-untyped-def]
+    """``torch.{{ cookiecutter.__torch_module_name }}``, the runtime these tests drive, once loaded (else None)."""
     import torch
 
-    return bool(getattr(getattr(torch, "{{ cookiecutter.__torch_module_name }}", None), "is_emulator", False))
+    return getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)
+
+
+def on_emulator() -> bool:
+    return bool(getattr(device_runtime(), "is_emulator", False))
+
+
+@pytest.fixture
+def runtime():  # type: ignore[no-untyped-def]
+    """The device runtime; skips the test where it is not loaded (no {{ cookiecutter.device_name }} device here)."""
+    module = device_runtime()
+    if module is None:
+        pytest.skip("torch.{{ cookiecutter.__torch_module_name }} is not loaded: no {{ cookiecutter.device_name }} device here")
+    return module
+
+
+@pytest.fixture
+def emulator(runtime):  # type: ignore[no-untyped-def]
+    """The runtime when it is the CPU emulator (injected faults, mapping counts); skips the test otherwise."""
+    if not on_emulator():
+        pytest.skip("needs the CPU emulator ({{ cookiecutter.__emulator_env_var }}=1)")
+    return runtime
 
 
 def open_mappings() -> int:

@@ -10,12 +10,11 @@ group's kernel groups back to back, a sliding-window group sized for its window.
 from __future__ import annotations
 
 import itertools
-import time
 
 import lmcache
 import pytest
 import torch
-from _support import gather_to_cpu, held, seeded_kv
+from _support import RETURNS_AT_ONCE, gather_to_cpu, held, seeded_kv
 from conftest import on_emulator, open_mappings
 from lmcache.v1.multiprocess.group_view import EngineGroupInfo
 from lmcache.v1.platform.cache_context import create_cache_context
@@ -76,15 +75,13 @@ def test_host_callbacks_of_a_cache_context_run_after_its_streams_work_and_return
     """cupy_stream.launch_host_func (LMCache releases events and read locks with it) waits for nothing itself."""
     context = create_cache_context(wrap_kv_caches(kv_caches()), CHUNK, {"kv_layout": "NHD"})
     calls: list[str] = []
-    with held(context.stream):
-        started = time.monotonic()
+    with held(context.stream) as hold:
         context.cupy_stream.launch_host_func(calls.append, "done")
-        took = time.monotonic() - started
-        time.sleep(0.1)  # work launched on any other stream has run by now
+        took = hold.settle()
         early = list(calls)
     context.cupy_stream.synchronize()
     context.close()
-    assert took < 1.0, f"launch_host_func blocked its caller for {took:.1f}s"
+    assert took < RETURNS_AT_ONCE, f"launch_host_func blocked its caller for {took:.1f}s"
     assert (early, calls) == ([], ["done"]), "the callback ran before the work queued ahead of it"
 
 

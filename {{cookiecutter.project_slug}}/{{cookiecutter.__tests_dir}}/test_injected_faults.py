@@ -2,9 +2,9 @@
 """Faults a device runtime really has, injected into the CPU emulator.
 
 Out of memory on allocation, an IPC open that fails, host registration that
-refuses a range: each must end in a clear error naming the cause, within the
-suite's deadlines, and leave nothing behind (no mapping, no registration, no
-stored bytes). Servers and workers take the faults from their environment
+refuses a range, a device lost in the middle of a transfer: each must end in a
+clear error naming the cause, within the suite's deadlines, and leave nothing
+behind (no mapping, no registration, no stored bytes). Servers and workers take the faults from their environment
 (``{{ cookiecutter.__emulator_env_var }}_FAULTS``), this process from
 ``torch.{{ cookiecutter.__torch_module_name }}.inject_faults()``. Skipped, with the reason, without the emulator.
 """
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from _engine import Worker
+from _engine import Cluster, Worker
 from _servers import CHUNK, PLUGIN_SERVER_ENV, running_server
-from _support import seeded_kv
+from _support import held, run_python, seeded_kv
 from conftest import open_mappings
+from e2e_worker import token_ids
 from lmcache.v1.platform.cache_context import create_cache_context
 from lmcache.v1.platform.kv_wrap import wrap_kv_caches
 
@@ -32,13 +33,10 @@ SHAPE = (2, 32, 16, 2, 32)
 
 
 @pytest.fixture
-def inject() -> Iterator[Callable[..., None]]:
+def inject(emulator) -> Iterator[Callable[..., None]]:  # type: ignore[no-untyped-def]
     """``inject("oom", ...)`` switches faults on in this process; all are off again after the test."""
-    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)
-    if not hasattr(runtime, "inject_faults"):
-        pytest.skip("fault injection needs the CPU emulator")
-    yield runtime.inject_faults
-    runtime.inject_faults()
+    yield emulator.inject_faults
+    emulator.inject_faults()
 
 
 def test_out_of_memory_is_torchs_out_of_memory_error_and_small_allocations_still_work(inject) -> None:  # type: ignore[no-untyped-def]
@@ -91,6 +89,75 @@ def test_a_range_the_runtime_refuses_to_pin_is_reported_and_left_unregistered(lm
     assert backend.unpin_memory(start + 1) is False
     assert backend.pin_memory(start, 2 * page) is True
     assert backend.unpin_memory(start) is True
+
+
+def test_a_cache_context_whose_device_is_lost_mid_transfer_still_unmaps_the_workers_caches(  # type: ignore[no-untyped-def]
+    lmcache_driven, emulator, inject
+) -> None:
+    """The device is lost while the server copies a worker's layer: the copy raises the runtime's error, and
+    close() raises it too, but only after unmapping the worker's memory (a dead device must not pin a worker's KV)."""
+    source = seeded_kv(SHAPE, 6, device=DEVICE)
+    before = open_mappings()
+    context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
+    inject("device_lost")
+    with emulator.stream(context.stream), pytest.raises(RuntimeError, match="injected: device_lost"):
+        context.kv_tensors[0].cpu()
+    with pytest.raises(RuntimeError, match="injected: device_lost"):
+        context.close()
+    assert open_mappings() == before, "close() on a lost device left the worker's memory mapped"
+    context.close()  # closed once: nothing left to release, nothing raised
+
+
+def test_an_event_recorded_on_a_lost_device_fails_its_importer_instead_of_hanging(  # type: ignore[no-untyped-def]
+    lmcache_driven, emulator, inject
+) -> None:
+    """The device is lost in the copy queued before an exported event: that event never completes, so a second
+    process that imports it and waits gets the runtime's error at once instead of waiting forever."""
+    backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
+    stream = emulator.current_stream(device)
+    destination = torch.zeros(1 << 16, dtype=torch.float32, device=DEVICE)  # 256 KiB: a KV-sized copy
+    inject("device_lost")
+    with held(stream):
+        destination.copy_(torch.ones(1 << 16), non_blocking=True)
+        event = backend.create_event(device)
+        backend.record_event(event, stream)
+        handle = backend.export_event(event, device)
+    done = run_python(
+        f"""
+import lmcache, torch
+from lmcache.v1.platform import get_device_spec
+backend, device = get_device_spec("{DEVICE}").event_ipc_backend, torch.device("{DEVICE}", 0)
+imported = backend.import_event(bytes.fromhex({handle.hex()!r}), device)
+backend.synchronize_event(imported, device)
+""",
+        timeout=60,
+    )
+    assert done.returncode != 0 and "failed on its device" in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.e2e
+def test_a_server_whose_device_is_lost_mid_store_commits_nothing_and_the_worker_fails_by_its_deadline(  # type: ignore[no-untyped-def]
+    spec, tmp_path: Path
+) -> None:
+    """The server's device is lost while it copies the worker's first chunk: the worker's store fails at its
+    deadline (no hang), no lookup ever hits (a half-copied chunk is never committed), and the server's log names
+    the cause; the worker unregisters and exits cleanly, and the server no longer maps its memory."""
+    if not spec.is_lmcache_driven_available():
+        pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
+    env = {**PLUGIN_SERVER_ENV, FAULTS_ENV_VAR: "device_lost"}
+    with running_server(tmp_path / "server.log", transfer_mode="lmcache_driven", env=env, wait_stop=True) as server:
+        cluster = Cluster(server, tmp_path, model="fault-device-lost", world_size=1, tokens=4 * CHUNK,
+                          mode="lmcache_driven", worker_args=["--mq-timeout", "5"])  # fmt: skip
+        try:
+            (stored,) = cluster.stored
+            assert stored["ok"] is False and stored["elapsed_ms"] < 8000, stored
+            _, hit = cluster.scheduler.lookup_until("after-loss", token_ids(4 * CHUNK), CHUNK, timeout=2)
+            assert hit == 0, "a chunk the lost device copied halfway was committed"
+        finally:
+            assert cluster.close() == [0]
+        assert "fault injected: device_lost" in server.log(), server.log_tail()
+    leaks = [line for line in server.log().splitlines() if "still open at exit" in line]
+    assert not leaks, f"the server kept the worker's memory mapped after it unregistered: {leaks}"
 
 
 @pytest.mark.e2e

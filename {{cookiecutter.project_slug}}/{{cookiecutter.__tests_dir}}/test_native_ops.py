@@ -12,7 +12,6 @@ import importlib
 import importlib.util
 import inspect
 import textwrap
-import time
 
 import lmcache
 import pytest
@@ -119,9 +118,9 @@ def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(nativ
     out = [torch.zeros_like(chunk) for chunk in expected]
     runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
     before = native._calls["multi_layer_block_kv_transfer:native"]
-    with held(runtime.current_stream()):
+    with held(runtime.current_stream()) as hold:
         gather_paged_kv_to_cpu(on_device, BLOCK_IDS, 2, layout_hints=hints, out=out)
-        time.sleep(0.1)  # work launched on any other stream has run by now
+        hold.settle()
         early = [int(chunk.count_nonzero()) for chunk in out]
     runtime.synchronize()
     assert native._calls["multi_layer_block_kv_transfer:native"] > before, "the native kernel did not run"
