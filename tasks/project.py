@@ -33,13 +33,14 @@ def render(session: nox.Session, env: ReleaseEnv, out: Path, variant: dict[str, 
 
 
 def check_statically(session: nox.Session, env: ReleaseEnv, project: Path, cache: Path) -> None:
-    """No leftover template syntax, Python compiles, TOML/JSON parse; ruff and mypy pass."""
+    """No leftover template syntax, Python compiles, TOML/JSON parse; ruff (lint; format for a wheel) and mypy pass."""
     problems = rendered_text_problems(project)
     if problems:
         session.error("rendered project check failed:\n  " + "\n  ".join(problems))
     ctx = context(project)
     if ctx["ownership"] == "wheel":
         env.run(session, "ruff", "check", "--no-cache", "--no-respect-gitignore", "--quiet", str(project))
+        env.run(session, "ruff", "format", "--check", "--no-cache", "--quiet", str(project))
         env.run(session, "mypy", "--config-file", str(project / "pyproject.toml"), "--cache-dir", str(cache),
                 str(project / "src"), silent=True)  # fmt: skip
     else:

@@ -153,6 +153,9 @@ def test_odd_but_valid_names_render_clean_python_for_both_ownership_models(
     config = [] if ownership == "wheel" else list(IN_TREE_RUFF)
     done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *config, "."], cwd=project, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
+    if ownership == "wheel":  # formatter settings of its own; the in-tree render gets ruff check only, so far
+        done = subprocess.run([sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "."], cwd=project, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-3000:]
 
 
 @pytest.mark.parametrize("answers", ODD_NAMES[:2], ids=["24-characters", "underscores-digits-in-backend"])

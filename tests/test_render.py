@@ -17,6 +17,7 @@ import pytest
 from conftest import TEMPLATE
 
 from tasks.checks import EMULATOR_FILES, files, leftover_syntax
+from tasks.variants import OPTIONS, combination, combination_id, matrix
 
 EXPECTED_FILES = {
     ".cookiecutter.json",
@@ -140,25 +141,26 @@ def test_every_rendered_python_file_compiles(render: Callable[..., Path], answer
         compile(source.read_text(), str(source), "exec")
 
 
+#: Every wheel combination of the options (tasks/variants.py), and one with a custom name and licence.
+WHEEL_RENDERS = [dict(zip(OPTIONS, combo, strict=True)) for combo in matrix() if combo[0] == "wheel"] + [
+    {"device_name": "acme_npu", "license": "MIT"}
+]
+
+
 @pytest.mark.parametrize(
-    "answers",
-    [
-        {},
-        {"device_name": "acme_npu", "license": "MIT"},
-        {"lmcache_driven": "default"},
-        {"lmcache_driven": "opt_in"},
-        {"native_ops": "yes"},
-        {"native_ops": "yes", "lmcache_driven": "opt_in"},
-    ],
-    ids=["default", "custom", "ld-default", "ld-opt-in", "native", "native-ld"],
+    "answers", WHEEL_RENDERS, ids=[combination_id(combination(a)) for a in WHEEL_RENDERS[:-1]] + ["custom"]
 )
-def test_rendered_project_passes_its_own_ruff_configuration(render: Callable[..., Path], answers: dict[str, str]) -> None:
-    """The generated code is lint-clean under the ruff settings it ships with."""
+def test_every_wheel_render_is_lint_and_formatter_clean_under_its_own_ruff_settings(
+    render: Callable[..., Path], answers: dict[str, str]
+) -> None:
+    """The generated code passes ``ruff check`` and ``ruff format --check`` with the settings it ships with (Jinja
+    whitespace control drops or doubles blank lines silently: only the formatter sees it)."""
     ruff = shutil.which("ruff")
     assert ruff, "ruff is a test dependency of the template (nox installs it)"
     project = render(**answers)
-    done = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", "."], cwd=project, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
+    for command in (["check", "--output-format", "concise"], ["format", "--check"]):
+        done = subprocess.run([ruff, *command, "--no-cache", "."], cwd=project, capture_output=True, text=True)
+        assert done.returncode == 0, f"ruff {command[0]}:\n{done.stdout}{done.stderr}"
 
 
 def test_pyproject_declares_the_entry_point_and_requires_exactly_the_tested_lmcache_range(
@@ -295,3 +297,22 @@ def test_rendered_noxfile_offers_the_template_sessions_per_tested_release(render
 def test_doctor_is_a_console_script_of_the_rendered_package(render: Callable[..., Path]) -> None:
     """pyproject declares lmcache-foo-doctor -> lmcache_foo.doctor:main."""
     assert pyproject(render())["project"]["scripts"] == {"lmcache-foo-doctor": "lmcache_foo.doctor:main"}
+
+
+@pytest.mark.parametrize("native_ops", ["no", "yes"])
+def test_rendered_readme_opens_every_code_fence_after_a_blank_line(render: Callable[..., Path], native_ops: str) -> None:
+    """Jinja whitespace control must not glue a code fence to the sentence before it."""
+    lines = (render(native_ops=native_ops) / "README.md").read_text().splitlines()
+    fences = [i for i, line in enumerate(lines) if "```" in line]
+    assert fences and len(fences) % 2 == 0, "unbalanced code fences"
+    for opening in fences[::2]:
+        assert lines[opening].startswith("```") and not lines[opening - 1].strip(), lines[opening - 1 : opening + 1]
+
+
+def test_rendered_readme_states_the_cycles_the_soak_runs(render: Callable[..., Path]) -> None:
+    """The checklist's soak figures are tests/soak.py's defaults."""
+    project = render()
+    soak = (project / "tests" / "soak.py").read_text()
+    defaults = {name: int(value) for name, value in re.findall(r'"--(cycles|warmup)", type=int, default=(\d+)', soak)}
+    expected = f"{defaults['warmup']:,} warm-up and {defaults['cycles']:,} measured cycles"
+    assert expected in " ".join((project / "README.md").read_text().split())

@@ -68,8 +68,8 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
     """LMCache ops for {{ cookiecutter.device_name }}: the torch baseline plus pointer-safe overrides."""
 
     device_type: ClassVar[str] = DEVICE_TYPE
-
 {%- if cookiecutter.native_ops == 'yes' %}
+
     def ensure_native(self) -> None:
         """Bind ``native_ops`` (C++ kernels from ``_kernels.cpp``) over the torch baseline.
 
@@ -98,6 +98,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         self.bind_native(native_ops)
         self._native_bound = True
 {%- else %}
+
     def ensure_native(self) -> None:
         """Bind native kernels. This package has none yet, so the torch baseline stays.
 
@@ -161,7 +162,6 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             host_view.copy_(device_view, non_blocking=True)
         else:
             device_view.copy_(host_view, non_blocking=True)
-
 
     def multi_layer_block_kv_transfer(
         self,

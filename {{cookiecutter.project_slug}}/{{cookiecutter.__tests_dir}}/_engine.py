@@ -130,8 +130,15 @@ def workers(
 ) -> Iterator[list[Worker]]:
     """``world_size`` worker ranks, each in its own process, always stopped afterwards."""
     started = [
-        Worker(server_url, model=model, rank=rank, world_size=world_size, tokens=tokens,
-               log_path=log_dir / f"rank{rank}.log", mode=mode)  # fmt: skip
+        Worker(
+            server_url,
+            model=model,
+            rank=rank,
+            world_size=world_size,
+            tokens=tokens,
+            log_path=log_dir / f"rank{rank}.log",
+            mode=mode,
+        )
         for rank in range(world_size)
     ]
     try:
@@ -228,8 +235,16 @@ class Cluster:
         self.server, self.model, self.world_size = server, model, world_size
         argv = ["--layout", layout, *worker_args]
         self.ranks = [
-            Worker(server.url, model=model, rank=rank, world_size=world_size, tokens=tokens, mode=mode,
-                   log_path=log_dir / f"{model}-rank{rank}.log", extra_args=argv)  # fmt: skip
+            Worker(
+                server.url,
+                model=model,
+                rank=rank,
+                world_size=world_size,
+                tokens=tokens,
+                mode=mode,
+                log_path=log_dir / f"{model}-rank{rank}.log",
+                extra_args=argv,
+            )
             for rank in range(world_size)
         ]
         self.scheduler = Scheduler(server.url, model, world_size, mla=layout == "mla")

@@ -214,4 +214,3 @@ class SharedServers:
     def stop_all(self) -> None:
         for server in self.running.values():
             server.stop(wait=False)
-

@@ -58,6 +58,10 @@ def pytest_report_header() -> list[str]:
     """Say which backend and LMCache are under test, and from where."""
     spec = find_spec("{{ cookiecutter.__package }}")
     origin = spec.origin if spec else "NOT INSTALLED"
+    backend = os.environ.get("LMCACHE_DEVICE_BACKEND")
+{%- if cookiecutter.emulator == 'yes' %}
+    emulator = os.environ["{{ cookiecutter.__emulator_env_var }}"]
+{%- endif %}
     return [
 {%- if cookiecutter.ownership == 'in_tree' %}
         f"{{ cookiecutter.__package }} (in-tree) from {origin}",
@@ -66,11 +70,9 @@ def pytest_report_header() -> list[str]:
 {%- endif %}
         f"lmcache {metadata.version('lmcache')}, torch {metadata.version('torch')}",
 {%- if cookiecutter.emulator == 'yes' %}
-        f"{{ cookiecutter.__emulator_env_var }}={os.environ['{{ cookiecutter.__emulator_env_var }}']} "
-        f"LMCACHE_DEVICE_BACKEND={os.environ.get('LMCACHE_DEVICE_BACKEND')}",
+        f"{{ cookiecutter.__emulator_env_var }}={emulator} LMCACHE_DEVICE_BACKEND={backend}",
 {%- else %}
-        f"{{ cookiecutter.device_name }} device present: {DEVICE_PRESENT}; "
-        f"LMCACHE_DEVICE_BACKEND={os.environ.get('LMCACHE_DEVICE_BACKEND')}",
+        f"{{ cookiecutter.device_name }} device present: {DEVICE_PRESENT}; LMCACHE_DEVICE_BACKEND={backend}",
 {%- endif %}
     ]
 

@@ -22,8 +22,9 @@ PACKAGE = "{{ cookiecutter.__package }}"
 SPEC_PATH = "{{ cookiecutter.__spec_module }}:{{ cookiecutter.class_prefix }}DeviceSpec"
 EMULATOR = "{{ cookiecutter.__emulator_env_var }}"
 
-PROBE = textwrap.dedent(
-    """
+PROBE = (
+    textwrap.dedent(
+        """
     import json, sys
     import lmcache
     from lmcache.v1.platform import _DEVICE_REGISTRY, resolve_device_ops
@@ -48,7 +49,10 @@ PROBE = textwrap.dedent(
 {%- endif %}
     )))
     """
-).replace("__DEVICE__", repr(DEVICE)).replace("__PACKAGE__", repr(PACKAGE))
+    )
+    .replace("__DEVICE__", repr(DEVICE))
+    .replace("__PACKAGE__", repr(PACKAGE))
+)
 
 OUR_OPS = f"{PACKAGE}.device_ops.{{ cookiecutter.class_prefix }}DeviceOps"
 #: One xdist worker runs this module, so cases that share an environment share its probe.
@@ -123,9 +127,9 @@ def test_auto_detection_selects_the_plugin_when_its_device_is_available() -> Non
     """With no selection variables, an available device is detected on its own."""
     result, _ = probe({"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None, EMULATOR: "1"})
     assert result["torch_device_type"] == DEVICE
+{%- if cookiecutter.emulator == 'yes' %}
 
 
-{% if cookiecutter.emulator == 'yes' -%}
 @pytest.mark.without_device
 def test_backend_reports_unavailable_when_its_torch_module_is_missing() -> None:
     """Without torch.<device> the plugin says so, and LMCache refuses the explicit selection."""

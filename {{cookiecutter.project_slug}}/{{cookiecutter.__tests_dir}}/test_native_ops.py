@@ -43,7 +43,6 @@ def native():  # type: ignore[no-untyped-def]
     return importlib.import_module(f"{PACKAGE}.native_ops")
 
 
-
 def test_native_ops_are_bound_over_the_baseline(native) -> None:  # type: ignore[no-untyped-def]
     """ensure_native() bound the module: the ops instance calls the native functions."""
     ops = resolve_device_ops(DEVICE)

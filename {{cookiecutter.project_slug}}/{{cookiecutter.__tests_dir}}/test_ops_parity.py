@@ -25,7 +25,6 @@ def on_device(kv: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: t.to(DEVICE) for name, t in kv.items()}
 
 
-
 def test_kv_tensors_of_this_device_resolve_to_the_plugin_ops() -> None:
     """LMCache routes {{ cookiecutter.device_name }} tensors to our DeviceOps, not the baseline."""
     assert type(resolve_device_ops(DEVICE)).__name__ == "{{ cookiecutter.class_prefix }}DeviceOps"
