@@ -23,8 +23,8 @@ IN_TREE_RUFF = ("--isolated", "--line-length", "120", "--select", "E,F,W,I,B,UP"
 LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "event_ipc.py", "pin_memory.py")
 #: What the wheel ships of the CPU emulator: its Python and the C++ it compiles on first use.
 EMULATOR_FILES = (
-    "__init__.py", "_streams.py", "csrc/emulator.h", "csrc/faults.cpp", "csrc/host_device.cpp", "csrc/memory.cpp",
-    "csrc/streams.cpp",
+    "__init__.py", "_streams.py", "csrc/emulator.h", "csrc/events.cpp", "csrc/faults.cpp", "csrc/guard.cpp",
+    "csrc/host_device.cpp", "csrc/memory.cpp", "csrc/ops.cpp", "csrc/streams.cpp",
 )  # fmt: skip
 
 
