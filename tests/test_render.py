@@ -32,6 +32,8 @@ EXPECTED_FILES = {
     "src/lmcache_foo/_lmcache_compat.py",
     "src/lmcache_foo/device.py",
     "src/lmcache_foo/device_ops.py",
+    "src/lmcache_foo/_doctor_checks.py",
+    "src/lmcache_foo/_doctor_live.py",
     "src/lmcache_foo/doctor.py",
     "src/lmcache_foo/py.typed",
     *(f"src/lmcache_foo/emulator/{name}" for name in EMULATOR_FILES),
