@@ -124,23 +124,24 @@ def close_all(ranks: Iterable[Worker], timeout: float = 60) -> list[int]:
     return [worker.close(timeout) for worker in ranks]
 
 
+def start_ranks(server_url: str, log_dir: Path, *, model: str, world_size: int, tokens: int, mode: str,
+                extra_args: Sequence[str] = ()) -> list[Worker]:  # fmt: skip
+    """``world_size`` ranks of ``model``, each in its own process, logging to ``<log_dir>/<model>-rank<N>.log``."""
+
+    def start(rank: int) -> Worker:
+        log_path = log_dir / f"{model}-rank{rank}.log"
+        return Worker(server_url, model=model, rank=rank, world_size=world_size, tokens=tokens, mode=mode,
+                      log_path=log_path, extra_args=extra_args)  # fmt: skip
+
+    return [start(rank) for rank in range(world_size)]
+
+
 @contextmanager
 def workers(
     server_url: str, log_dir: Path, *, model: str, world_size: int, tokens: int, mode: str = "engine_driven"
 ) -> Iterator[list[Worker]]:
     """``world_size`` worker ranks, each in its own process, always stopped afterwards."""
-    started = [
-        Worker(
-            server_url,
-            model=model,
-            rank=rank,
-            world_size=world_size,
-            tokens=tokens,
-            log_path=log_dir / f"rank{rank}.log",
-            mode=mode,
-        )
-        for rank in range(world_size)
-    ]
+    started = start_ranks(server_url, log_dir, model=model, world_size=world_size, tokens=tokens, mode=mode)
     try:
         yield started
     finally:
@@ -234,19 +235,9 @@ class Cluster:
         """``worker_args``: more ``e2e_worker.py`` options for every rank."""
         self.server, self.model, self.world_size = server, model, world_size
         argv = ["--layout", layout, *worker_args]
-        self.ranks = [
-            Worker(
-                server.url,
-                model=model,
-                rank=rank,
-                world_size=world_size,
-                tokens=tokens,
-                mode=mode,
-                log_path=log_dir / f"{model}-rank{rank}.log",
-                extra_args=argv,
-            )
-            for rank in range(world_size)
-        ]
+        self.ranks = start_ranks(
+            server.url, log_dir, model=model, world_size=world_size, tokens=tokens, mode=mode, extra_args=argv
+        )
         self.scheduler = Scheduler(server.url, model, world_size, mla=layout == "mla")
         self.stored = [worker.next_result() for worker in self.ranks]
         self.ready = [worker.next_result()["phase"] for worker in self.ranks]

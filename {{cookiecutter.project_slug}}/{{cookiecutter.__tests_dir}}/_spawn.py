@@ -152,7 +152,10 @@ class ForkedProcess:
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, sig)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:  # reaped by the zygote before it reported the status: as Popen, skip
+                pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

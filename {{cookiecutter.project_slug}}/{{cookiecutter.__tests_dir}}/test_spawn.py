@@ -8,6 +8,7 @@ here a forked program and a new interpreter run the same probe and must agree.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -70,6 +71,25 @@ def test_a_forked_program_is_killed_and_waited_for_by_pid_as_a_popen_is(tmp_path
     assert process.poll() is None
     process.kill()
     assert process.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_signalling_a_program_that_has_just_exited_is_a_no_op_as_with_popen(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The zygote reaps a program before it reports the exit status: a kill() in between must not raise."""
+    process = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path)
+    assert isinstance(process, _spawn.ForkedProcess)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until the zygote has reaped it (it is not our child)
+        try:
+            os.kill(process.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
+    monkeypatch.setattr(process, "poll", lambda: None)  # its exit status not read yet: the window
+    process.kill()
+    monkeypatch.undo()
+    assert process.wait(timeout=30) == 0
 
 
 def test_a_program_whose_environment_preloaded_modules_read_starts_fresh(tmp_path: Path) -> None:
