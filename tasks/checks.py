@@ -4,6 +4,7 @@ tests both call these."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import tomllib
@@ -19,6 +20,8 @@ GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.]+ \}\}")
 #: ruff settings for an in-tree contribution: its imports are regrouped by LMCache's own isort
 #: settings (lmcache is first-party there); every other rule applies as to the wheel.
 IN_TREE_RUFF = ("--isolated", "--line-length", "120", "--select", "E,F,W,I,B,UP", "--ignore", "B009,I001")
+#: The most lines a rendered file may have: a vendor reads each on one screen.
+MAX_LINES = 300
 #: The modules LMCache-driven transfer adds to the package.
 LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "event_ipc.py", "pin_memory.py")
 #: What the wheel ships of the CPU emulator: its Python and the C++ it compiles on first use.
@@ -108,4 +111,93 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
     for what, (present, wanted) in shipped.items():
         if present != wanted:
             problems.append(f"{what}: {'missing' if wanted else 'shipped but not chosen'}")
+    return problems
+
+
+def package_imports(package_dir: Path, package: str) -> dict[str, set[str]]:
+    """Each module of the rendered package -> the package's modules it imports.
+
+    Every import counts wherever it stands (in functions and ``TYPE_CHECKING``
+    blocks too): a lazy import is still a dependency. Modules are named relative
+    to the package (``device``, ``emulator._streams``; ``__init__`` for the package).
+    """
+    paths = {path: ".".join(path.relative_to(package_dir).with_suffix("").parts) for path in package_dir.rglob("*.py")}
+    modules = {name.removesuffix(".__init__") if name != "__init__" else name for name in paths.values()}
+
+    def known(dotted: str) -> str | None:
+        relative = dotted.removeprefix(package).lstrip(".") if dotted.startswith(package) else None
+        if relative is None:
+            return None
+        return relative or "__init__" if (relative or "__init__") in modules else None
+
+    graph: dict[str, set[str]] = {}
+    for path, name in paths.items():
+        name = name.removesuffix(".__init__") if name != "__init__" else name
+        here = package.split(".") + ([] if name == "__init__" else name.split("."))
+        if path.name != "__init__.py":
+            here = here[:-1]  # a module's relative imports start from its package
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(filter(None, (known(alias.name) for alias in node.names)))
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(here[: len(here) - node.level + 1]) if node.level else ""
+                origin = ".".join(filter(None, [base, node.module or ""])) if node.level else node.module or ""
+                submodules = [known(f"{origin}.{alias.name}") for alias in node.names]
+                targets.update(filter(None, submodules))
+                if not all(submodules) and (found := known(origin)):
+                    targets.add(found)
+        graph[name] = targets - {name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of a module graph: each strongly connected group of two or more modules, sorted."""
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(start: str, edges: dict[str, set[str]], out: list[str]) -> None:
+        stack = [(start, iter(sorted(edges.get(start, ()))))]
+        seen.add(start)
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                out.append(node)
+            elif child not in seen:
+                seen.add(child)
+                stack.append((child, iter(sorted(edges.get(child, ())))))
+
+    for node in sorted(graph):
+        if node not in seen:
+            visit(node, graph, order)
+    reverse: dict[str, set[str]] = {}
+    for node, targets in graph.items():
+        for target in targets:
+            reverse.setdefault(target, set()).add(node)
+    seen.clear()
+    circles = []
+    for node in reversed(order):
+        if node not in seen:
+            group: list[str] = []
+            visit(node, reverse, group)
+            if len(group) > 1:
+                circles.append(sorted(group))
+    return sorted(circles)
+
+
+def structure_problems(project: Path) -> list[str]:
+    """Import circles in the rendered package, and rendered files a vendor cannot read on one screen."""
+    ctx = context(project)
+    package_dir = project / ctx["__package_dir"]
+    problems = [
+        f"import circle: {' -> '.join(circle)}"
+        for circle in import_circles(package_imports(package_dir, ctx["__package"]))
+    ]
+    for name in sorted(files(project)):
+        if name.endswith((".py", ".cpp", ".h")):
+            lines = (project / name).read_text().count("\n")
+            if lines > MAX_LINES:
+                problems.append(f"{name}: {lines} lines (at most {MAX_LINES})")
     return problems

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nox
 
-from tasks.checks import IN_TREE_RUFF, context, rendered_text_problems, wheel_problems
+from tasks.checks import IN_TREE_RUFF, context, rendered_text_problems, structure_problems, wheel_problems
 from tasks.envs import ReleaseEnv
 from tasks.variants import ROOT, answers
 
@@ -33,8 +33,9 @@ def render(session: nox.Session, env: ReleaseEnv, out: Path, variant: dict[str, 
 
 
 def check_statically(session: nox.Session, env: ReleaseEnv, project: Path, cache: Path) -> None:
-    """No leftover template syntax, Python compiles, TOML/JSON parse; ruff (lint; format for a wheel) and mypy pass."""
-    problems = rendered_text_problems(project)
+    """No leftover template syntax, Python compiles, TOML/JSON parse, no import circle, no file over a screen;
+    ruff (lint; format for a wheel) and mypy pass."""
+    problems = rendered_text_problems(project) + structure_problems(project)
     if problems:
         session.error("rendered project check failed:\n  " + "\n  ".join(problems))
     ctx = context(project)

@@ -43,11 +43,11 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     project = render(ownership="in_tree", lmcache_driven="default")
     rendered = files(project)
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
-        "__init__.py", "_lmcache_compat.py", "device_ops.py", "ipc_wrapper.py", "cache_context.py", "event_ipc.py",
+        "__init__.py", "names.py", "_lmcache_compat/__init__.py", "_lmcache_compat/kv_layout.py", "device_ops.py", "ipc_wrapper.py", "cache_context.py", "event_ipc.py",
         "pin_memory.py", *(f"emulator/{name}" for name in EMULATOR_FILES))}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
         "_engine.py", "_servers.py", "_spawn.py", "_support.py", "_zygote.py", "conftest.py", "e2e_worker.py", "test_cache_context.py", "test_discovery.py", "test_e2e_engine_driven.py",
-        "test_e2e_lmcache_driven.py", "test_faults.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_ops_parity.py",
+        "test_e2e_lmcache_driven.py", "test_faults.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_ops_parity.py", "test_registry_faults.py",
         "test_spawn.py", "test_streams.py")}  # fmt: skip
     assert rendered == package | suite | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
     assert not [d for d in project.rglob("*") if d.is_dir() and not any(d.iterdir())], "empty directories left behind"
@@ -61,14 +61,16 @@ def test_in_tree_spec_class_is_defined_in_the_package_init_and_imports_only_devi
     assert classes == ["FooDeviceSpec"]
     imports = [n for n in tree.body if isinstance(n, ast.ImportFrom | ast.Import)]
     from_lmcache = [n.module for n in imports if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("lmcache"))]
-    assert from_lmcache == ["_lmcache_compat"]  # which imports only DeviceSpec eagerly (test_render checks it)
+    assert from_lmcache == ["_lmcache_compat", "names"]  # DeviceSpec only, and this backend's names
     assert "entry point" not in init.read_text().split('"""')[1].lower() or "no entry point" in init.read_text()
 
 
 def test_in_tree_compat_module_neither_checks_the_release_nor_patches_the_wire_codec(render: Callable[..., Path]) -> None:
     """In LMCache's tree the backend ships with LMCache, and the wire type comes from the patch, not a runtime registration."""
-    compat = (render(ownership="in_tree", lmcache_driven="default") / IN_TREE_PACKAGE / "_lmcache_compat.py").read_text()
-    assert "check_lmcache_version()" not in compat and "register_wire_type" not in compat
+    project = render(ownership="in_tree", lmcache_driven="default")
+    compat = (project / IN_TREE_PACKAGE / "_lmcache_compat" / "__init__.py").read_text()
+    assert "check_lmcache_version" not in compat and not (project / IN_TREE_PACKAGE / "_lmcache_compat" / "wire.py").exists()
+    assert "check_lmcache_version" not in (project / IN_TREE_PACKAGE / "__init__.py").read_text()
     wrapper = (render(ownership="in_tree", lmcache_driven="opt_in") / IN_TREE_PACKAGE / "ipc_wrapper.py").read_text()
     assert "from lmcache.v1.platform.base.ipc_wire import FooIPCData" in wrapper
     assert "publish_wrapper_class" not in wrapper

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import TEMPLATE
 
-from tasks.checks import EMULATOR_FILES, files, leftover_syntax
+from tasks.checks import EMULATOR_FILES, files, leftover_syntax, structure_problems
 from tasks.variants import OPTIONS, combination, combination_id, matrix
 
 EXPECTED_FILES = {
@@ -29,12 +29,13 @@ EXPECTED_FILES = {
     "noxfile.py",
     "pyproject.toml",
     "src/lmcache_foo/__init__.py",
-    "src/lmcache_foo/_lmcache_compat.py",
+    "src/lmcache_foo/_lmcache_compat/__init__.py",
     "src/lmcache_foo/device.py",
     "src/lmcache_foo/device_ops.py",
     "src/lmcache_foo/_doctor_checks.py",
     "src/lmcache_foo/_doctor_live.py",
     "src/lmcache_foo/doctor.py",
+    "src/lmcache_foo/names.py",
     "src/lmcache_foo/py.typed",
     *(f"src/lmcache_foo/emulator/{name}" for name in EMULATOR_FILES),
     "tests/_engine.py",
@@ -53,6 +54,7 @@ EXPECTED_FILES = {
     "tests/test_e2e_engine_driven.py",
     "tests/test_e2e_lmcache_driven.py",
     "tests/test_faults.py",
+    "tests/test_registry_faults.py",
     "tests/test_injected_faults.py",
     "tests/test_ipc_wrapper.py",
     "tests/test_lmcache_driven.py",
@@ -63,7 +65,8 @@ EXPECTED_FILES = {
 }
 NATIVE_FILES = {"setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/native_ops.py"}
 LMCACHE_DRIVEN_FILES = {
-    f"src/lmcache_foo/{name}.py" for name in ("ipc_wrapper", "cache_context", "event_ipc", "pin_memory")
+    f"src/lmcache_foo/{name}.py"
+    for name in ("ipc_wrapper", "cache_context", "event_ipc", "pin_memory", "_lmcache_compat/kv_layout", "_lmcache_compat/wire")
 }
 
 
@@ -165,6 +168,19 @@ def test_every_wheel_render_is_lint_and_formatter_clean_under_its_own_ruff_setti
         assert done.returncode == 0, f"ruff {command[0]}:\n{done.stdout}{done.stderr}"
 
 
+#: Every combination of the options (tasks/variants.py), both ownership models.
+ALL_RENDERS = [dict(zip(OPTIONS, combo, strict=True)) for combo in matrix()]
+
+
+@pytest.mark.parametrize("answers", ALL_RENDERS, ids=[combination_id(combination(a)) for a in ALL_RENDERS])
+def test_every_render_has_no_import_circle_and_no_file_longer_than_a_screen(
+    render: Callable[..., Path], answers: dict[str, str]
+) -> None:
+    """The rendered package's modules import each other one way only (imports inside functions count), and no
+    rendered source file is over 300 lines."""
+    assert structure_problems(render(**answers)) == []
+
+
 def test_pyproject_declares_the_entry_point_and_requires_exactly_the_tested_lmcache_range(
     render: Callable[..., Path],
 ) -> None:
@@ -178,30 +194,43 @@ def test_pyproject_declares_the_entry_point_and_requires_exactly_the_tested_lmca
 
 
 def test_backend_name_is_used_for_the_entry_point_and_the_spec(render: Callable[..., Path]) -> None:
-    """A backend name different from the device name reaches both pyproject.toml and device.py."""
+    """A backend name different from the device name reaches both pyproject.toml and the names module."""
     project = render(device_name="acme", backend_name="acme_v2")
     assert pyproject(project)["project"]["entry-points"]["lmcache.device_plugins"] == {
         "acme_v2": "lmcache_acme.device:AcmeDeviceSpec"
     }
-    device = (project / "src/lmcache_acme/device.py").read_text()
-    assert 'BACKEND_NAME = "acme_v2"' in device and 'DEVICE_TYPE = "acme"' in device
+    names = (project / "src/lmcache_acme/names.py").read_text()
+    assert 'BACKEND_NAME = "acme_v2"' in names and 'DEVICE_TYPE = "acme"' in names
 
 
 @pytest.mark.parametrize("choice", ["no", "default"])
 def test_spec_module_imports_nothing_from_lmcache_but_device_spec(render: Callable[..., Path], choice: str) -> None:
-    """device.py and the compat module keep LMCache imports out of module level, except DeviceSpec
+    """device.py and what it imports at load keep LMCache imports out of module level, except DeviceSpec
     and (for LMCache-driven support) the discovery-safe wire codec module."""
     project = render(lmcache_driven=choice)
-    allowed = {"from lmcache.v1.platform.base.device_spec import DeviceSpec"}
-    if choice != "no":
-        allowed.add("from lmcache.v1.platform.base import ipc_wire  # noqa: E402 - msgspec and torch only: safe during discovery")
-    for name in ("device.py", "_lmcache_compat.py", "__init__.py"):
-        top_level = {
-            line
-            for line in (project / "src/lmcache_foo" / name).read_text().splitlines()
-            if re.match(r"(from|import) lmcache", line)
-        }
-        assert top_level <= allowed, (name, top_level - allowed)
+    allowed = {"lmcache.v1.platform.base.device_spec"} | ({"lmcache.v1.platform.base"} if choice != "no" else set())
+    loaded = ["device.py", "names.py", "_lmcache_compat/__init__.py", "__init__.py"]
+    for name in loaded + (["_lmcache_compat/wire.py"] if choice != "no" else []):
+        imported = module_level_imports((project / "src/lmcache_foo" / name).read_text())
+        assert {module for module in imported if module.startswith("lmcache")} <= allowed, name
+
+
+def module_level_imports(source: str) -> set[str]:
+    """The modules a source imports when it loads (``if`` and ``try`` blocks included, function bodies not)."""
+    found, pending = set(), list(ast.parse(source).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add(node.module or "")
+        elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            pending.extend(node.orelse)  # annotations only
+        elif isinstance(node, ast.If | ast.Try):
+            pending.extend([*node.body, *node.orelse, *getattr(node, "handlers", []), *getattr(node, "finalbody", [])])
+        elif isinstance(node, ast.ExceptHandler):
+            pending.extend(node.body)
+    return found
 
 
 @pytest.mark.parametrize(
@@ -239,7 +268,7 @@ def test_compat_module_lists_the_same_tested_releases_as_the_requirement(render:
     tested, requirement = context["_lmcache_tested"], context["_lmcache_requirement"]
     assert tested == sorted(tested, key=lambda v: tuple(int(p) for p in v.split(".")))
     assert requirement == f"lmcache>={tested[0]},<={tested[-1]}"
-    compat = (render() / "src" / "lmcache_foo" / "_lmcache_compat.py").read_text()
+    compat = (render() / "src" / "lmcache_foo" / "_lmcache_compat" / "__init__.py").read_text()
     line = next(ln for ln in compat.splitlines() if ln.startswith("TESTED_LMCACHE_VERSIONS = "))
     assert ast.literal_eval(line.split("=", 1)[1].strip()) == tuple(tested)
     assert f'SUPPORTED_LMCACHE = "{requirement}"' in compat

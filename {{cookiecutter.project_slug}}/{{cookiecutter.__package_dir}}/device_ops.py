@@ -50,7 +50,7 @@ from ._lmcache_compat import (
 {%- endif %}
     torch_ops,
 )
-from {{ cookiecutter.__spec_relative }} import DEVICE_TYPE, TORCH_MODULE_NAME
+from .names import DEVICE_TYPE, TORCH_MODULE_NAME
 {%- if cookiecutter.lmcache_driven != 'no' or cookiecutter.native_ops == 'yes' %}
 
 logger = init_logger(__name__)
@@ -193,7 +193,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         paged: torch.Tensor | list = paged_buffer_ptrs_tensor
 {%- if cookiecutter.lmcache_driven != 'no' %}
         if lmcache_objects_ptrs and isinstance(lmcache_objects_ptrs[0], int):
-            from ._lmcache_compat import paged_layers_for_baseline
+            from ._lmcache_compat.kv_layout import paged_layers_for_baseline
 
             _announce_pointer_mode()
             objects = self._device_chunks(
@@ -227,7 +227,8 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         """Chunk objects at device ``addresses``, shaped as LMCache lays them out."""
         # Imported at call time: the KV-format registry imports lmcache.device_ops,
         # which is being created while this module loads.
-        from ._lmcache_compat import chunk_object_shape, infer_kv_dtype
+        from ._lmcache_compat import infer_kv_dtype
+        from ._lmcache_compat.kv_layout import chunk_object_shape
 
         shape = chunk_object_shape(engine_kv_format, shape_desc, chunk_tokens)
         dtype = infer_kv_dtype(None, None, shape_desc)

@@ -149,3 +149,16 @@ RIVAL_SPEC = """
 
             return {{ cookiecutter.class_prefix }}DeviceSpec().is_available()
 """
+
+
+def baseline_loaded_cuda_runtime() -> bool:
+    """Whether LMCache's pointer-mode ``lmcache_memcpy_async`` baseline has loaded libcudart.
+
+    The baseline loads the CUDA (or HIP) runtime on first pointer-mode use,
+    which cannot address non-CUDA device memory; the conformance tests assert
+    that this plugin's overrides never get there. Where the baseline keeps its
+    copy library differs by release: ``_lmcache_compat`` knows.
+    """
+    from {{ cookiecutter.__package }}._lmcache_compat import baseline_copy_module
+
+    return baseline_copy_module._copy_lib is not baseline_copy_module._copy_lib_NOT_LOADED

@@ -12,7 +12,7 @@ from __future__ import annotations
 import lmcache  # noqa: F401 - builds the registry with conftest's environment
 import pytest
 import torch
-from _support import BLOCK_IDS, BS, KV_LAYOUTS, gather_to_cpu, same_bytes, seeded_kv
+from _support import BLOCK_IDS, BS, KV_LAYOUTS, baseline_loaded_cuda_runtime, gather_to_cpu, same_bytes, seeded_kv
 from lmcache.v1.multiprocess.transfer_context.base import scatter_cpu_to_paged_kv
 from lmcache.v1.platform import resolve_device_ops
 
@@ -120,7 +120,7 @@ def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str, inde
         ops.lmcache_memcpy_async(host.data_ptr(), dev.data_ptr(), nbytes, TransferDirection.D2H, 0, 4096)
         getattr(torch, "{{ cookiecutter.__torch_module_name }}").synchronize(dev.device)  # not the current device
         assert same_bytes(host, expected)
-    assert not compat.baseline_loaded_cuda_runtime()
+    assert not baseline_loaded_cuda_runtime()
 
 
 @pytest.mark.parametrize("index", [0, 1], ids=["device0", "device1-while-device0-is-current"])

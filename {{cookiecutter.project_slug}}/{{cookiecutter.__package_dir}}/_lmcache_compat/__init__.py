@@ -12,7 +12,7 @@ keep them):
 
 Why it exists: LMCache's plugin interface still moves between releases (module
 paths, capability names, wire formats). Every other module imports LMCache
-names from here, so supporting a new release means editing this file and
+names from this package, so supporting a new release means editing it and
 re-running the tests, nowhere else.
 
 Supported: ``{{ cookiecutter._lmcache_requirement }}`` (tested: lmcache {{ cookiecutter._lmcache_tested | join(", ") }}; the
@@ -24,8 +24,16 @@ feature detection, never by comparing version numbers:
 * the spelling of the LMCache-driven capability (``PortableDeviceSpec``);
 * what worker-side ``auto`` means (``auto_transfer_mode``);
 * how IPC wrappers travel: pickled as they are up to 0.5.5, through a closed
-  msgspec allowlist from 0.5.6 on (``HAS_WIRE_ALLOWLIST``; the registration at
-  the end of this file runs only there).
+  msgspec allowlist from 0.5.6 on (``HAS_WIRE_ALLOWLIST``{{ "; ``wire.py`` registers this plugin's type there" if cookiecutter.ownership == "wheel" else "" }});
+{%- if cookiecutter.lmcache_driven != 'no' %}
+* the KV layouts LMCache's baseline understands (``kv_layout.py``).
+{%- endif %}
+{%- if cookiecutter.ownership == 'wheel' %}
+
+Importing it changes nothing: the release check (``check_lmcache_version``)
+and the wire registration are explicit calls the spec module makes when LMCache
+loads it.
+{%- endif %}
 
 {%- if cookiecutter.ownership == 'in_tree' %}
 
@@ -54,9 +62,6 @@ from typing import TYPE_CHECKING, Any
 from lmcache.v1.platform.base.device_spec import DeviceSpec
 
 if TYPE_CHECKING:
-{%- if cookiecutter.lmcache_driven != 'no' %}
-    from collections.abc import Callable
-{% endif %}
     from lmcache.lmcache_native import EngineKVFormat, TransferDirection
     from lmcache.logging import init_logger
 {%- if cookiecutter.lmcache_driven != 'no' %}
@@ -94,12 +99,7 @@ __all__ = [
     "get_group_data_ptrs",
     "infer_kv_dtype",
     "kv_format_spec",
-    "chunk_object_shape",
     "normalize_and_discover_per_layer_formats",
-    "paged_layers_for_baseline",
-{%- if cookiecutter.ownership == 'wheel' %}
-    "publish_wrapper_class",
-{%- endif %}
 {%- endif %}
     "HAS_WIRE_ALLOWLIST",
     "DeviceOps",
@@ -115,6 +115,7 @@ __all__ = [
     "TransferDirection",
     "auto_transfer_mode",
     "init_logger",
+    "lazy",
     "recorded_event",
     "register_kv_caches",
     "torch_ops",
@@ -157,6 +158,15 @@ _LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
         ("lmcache.v1.multiprocess.transfer_context.worker_transfer", "MPTransferMode"),  # 0.5.4, 0.5.5
     ),
     "init_logger": (("lmcache.logging", "init_logger"),),
+    "resolve_device_ops": (("lmcache.v1.platform", "resolve_device_ops"),),
+    # Private: the registry and detection the doctor reports on.
+    "device_registry": (("lmcache.v1.platform", "_DEVICE_REGISTRY"),),
+    "detect_device": (("lmcache.v1.platform._device_detect", "_detect_device"),),
+    # Private: the baseline's pointer-mode copy library (tests check it never loads).
+    "baseline_copy_module": (
+        ("lmcache.v1.platform.torch_ops._tensor_from_ptr", None),  # 0.5.6
+        ("lmcache.v1.platform.torch_ops", None),  # 0.5.4, 0.5.5
+    ),
 {%- if cookiecutter.lmcache_driven != 'no' %}
     # LMCache-driven transfer (IPC wrapper, cache context, event IPC, pinning):
     "DeviceIPCWrapper": (("lmcache.v1.platform.base.ipc_wrapper", "DeviceIPCWrapper"),),
@@ -182,12 +192,8 @@ _LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
 }
 
 
-def _resolve(candidates: tuple[tuple[str, str | None], ...], needs: str = "") -> Any:
-    """The value at the first location in ``candidates`` that exists.
-
-    A candidate ``(module, None)`` is the module itself; with ``needs``, only a
-    module that defines that attribute counts.
-    """
+def _resolve(candidates: tuple[tuple[str, str | None], ...]) -> Any:
+    """The value at the first location in ``candidates`` that exists (``(module, None)``: the module)."""
     for module_name, attribute in candidates:
         try:
             found = importlib.util.find_spec(module_name) is not None
@@ -196,7 +202,7 @@ def _resolve(candidates: tuple[tuple[str, str | None], ...], needs: str = "") ->
         if not found:
             continue
         module = importlib.import_module(module_name)
-        if attribute is None and (not needs or hasattr(module, needs)):
+        if attribute is None:
             return module
         if attribute is not None and hasattr(module, attribute):
             return getattr(module, attribute)
@@ -204,9 +210,9 @@ def _resolve(candidates: tuple[tuple[str, str | None], ...], needs: str = "") ->
     raise ImportError(
         f"None of {tried} exists in lmcache {installed_lmcache_version()}; "
 {%- if cookiecutter.ownership == 'wheel' %}
-        "port _lmcache_compat.py to this release (see README.md, 'Supporting a new LMCache release')."
+        "port _lmcache_compat/ to this release (see README.md, 'Supporting a new LMCache release')."
 {%- else %}
-        "update _lmcache_compat.py to where LMCache now keeps it."
+        "update _lmcache_compat/ to where LMCache now keeps it."
 {%- endif %}
     )
 
@@ -222,8 +228,8 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def _lazy(name: str) -> Any:
-    """A lazy name from inside this module (module ``__getattr__`` serves only outside access)."""
+def lazy(name: str) -> Any:
+    """A lazy name, resolved now (from this package's modules: ``__getattr__`` serves outside access)."""
     return globals()[name] if name in globals() else __getattr__(name)
 
 
@@ -245,64 +251,6 @@ class PortableDeviceSpec(DeviceSpec):
         return self.is_lmcache_driven_available()
 
 
-{% if cookiecutter.lmcache_driven != 'no' -%}
-def chunk_object_shape(
-    engine_kv_format: EngineKVFormat, shape_desc: PageBufferShapeDesc, chunk_tokens: int
-) -> tuple[int, ...]:
-    """The shape LMCache gives one chunk object (one kernel group's part) of this KV format.
-
-    MLA: ``(layers, tokens, head_size)``; fused-packed and single-K/V formats:
-    ``(layers, tokens, heads * head_size)``; the rest ``(2, layers, tokens,
-    heads * head_size)``. ``is_single_kv`` exists from 0.5.6 on (older
-    releases have no such format).
-    """
-    spec = _lazy("kv_format_spec")(engine_kv_format)
-    nl, nh, hs = int(shape_desc.nl), int(shape_desc.nh), int(shape_desc.hs)
-    if spec.is_mla:
-        return (nl, chunk_tokens, hs)
-    if spec.is_fused_packed or getattr(spec, "is_single_kv", False):
-        return (nl, chunk_tokens, nh * hs)
-    return (2, nl, chunk_tokens, nh * hs)
-
-
-def paged_layers_for_baseline(
-    paged_buffer_ptrs: Any,
-    engine_kv_format: EngineKVFormat,
-    shape_desc: PageBufferShapeDesc,
-    device: Any,
-    tensor_from_ptr: Callable[..., Any],
-) -> Any:
-    """The paged-KV argument in a form the installed torch baseline can use.
-
-    From 0.5.6 on the baseline rebuilds device tensors from a pointer table
-    through ``DeviceOps.tensor_from_ptr`` (this plugin's), so the table passes
-    through unchanged. The 0.5.4/0.5.5 baseline rebuilds them only for cpu, cuda
-    and musa, so for per-layer KV formats this rebuilds them with the plugin's
-    ``tensor_from_ptr`` instead.
-    """
-    import torch
-
-    is_pointer_table = isinstance(paged_buffer_ptrs, torch.Tensor) and paged_buffer_ptrs.dtype in (
-        torch.int64,
-        torch.uint64,
-    )
-    if not is_pointer_table or hasattr(_lazy("DeviceOps"), "tensor_from_ptr"):
-        return paged_buffer_ptrs
-    spec = _lazy("kv_format_spec")(engine_kv_format)
-    nb, bs, nh, hs = (int(shape_desc.nb), int(shape_desc.bs), int(shape_desc.nh), int(shape_desc.hs))
-    stride = int(getattr(shape_desc, "block_stride_elems", 0) or 0)
-    if not spec.is_layer_list or getattr(spec, "is_kv_second_tuple", False) or (stride and stride != bs * nh * hs):
-        raise NotImplementedError(
-            f"LMCache-driven transfer of {engine_kv_format!r} KV caches with padded blocks or "
-            f"without one tensor per layer needs lmcache 0.5.6 or later (installed: "
-            f"{installed_lmcache_version()}); upgrade LMCache or use engine_driven mode."
-        )
-    shape = _lazy("per_layer_paged_shape")(engine_kv_format, nb, bs, nh, hs)
-    dtype = _lazy("infer_kv_dtype")(None, None, shape_desc)
-    return [tensor_from_ptr(int(ptr), shape, dtype, device) for ptr in paged_buffer_ptrs.tolist()]
-
-
-{% endif -%}
 def register_kv_caches(adapter: Any, kv_caches: dict[str, Any], engine_group_infos: Sequence[Any] = ()) -> None:
     """Register a worker's (NHD) KV caches with LMCache's ``LMCacheMPWorkerAdapter``.
 
@@ -342,23 +290,6 @@ def auto_transfer_mode(spec: DeviceSpec) -> str:
     return "lmcache_driven" if spec.device_type == "cuda" else "engine_driven"
 
 
-def baseline_loaded_cuda_runtime() -> bool:
-    """Whether LMCache's pointer-mode ``lmcache_memcpy_async`` baseline has loaded libcudart.
-
-    The baseline loads the CUDA (or HIP) runtime on first pointer-mode use,
-    which cannot address non-CUDA device memory; the conformance tests assert
-    that this plugin's overrides never get there.
-    """
-    module = _resolve(
-        (
-            ("lmcache.v1.platform.torch_ops._tensor_from_ptr", None),  # 0.5.6
-            ("lmcache.v1.platform.torch_ops", None),  # 0.5.4, 0.5.5
-        ),
-        needs="_copy_lib_NOT_LOADED",
-    )
-    return module._copy_lib is not module._copy_lib_NOT_LOADED
-
-
 def installed_lmcache_version() -> str:
     """The installed LMCache release without local suffix, e.g. ``0.5.6``."""
     return metadata.version("lmcache").split("+", 1)[0]
@@ -378,99 +309,6 @@ def check_lmcache_version() -> None:
             f"{{ cookiecutter.project_slug }} supports {SUPPORTED_LMCACHE} "
             f"(tested: {', '.join(TESTED_LMCACHE_VERSIONS)}), but lmcache {version} is "
             f"installed. Install a supported release (pip install '{SUPPORTED_LMCACHE}'), "
-            "or port _lmcache_compat.py to the new release and run the conformance tests."
+            "or port _lmcache_compat/ to the new release and run the conformance tests."
         )
-
-
-check_lmcache_version()
-{%- endif %}
-{%- if cookiecutter.lmcache_driven != 'no' and cookiecutter.ownership == 'wheel' %}
-
-
-# ---------------------------------------------------------------------------
-# LMCache-driven transfer: make this plugin's IPC wrapper travel to the server.
-#
-# lmcache 0.5.4 and 0.5.5 pickle IPC wrappers: the wrapper class travels as it
-# is and nothing needs registering (``publish_wrapper_class`` leaves it alone).
-#
-# lmcache 0.5.6 encodes IPC wrappers through a closed allowlist in
-# lmcache/v1/platform/base/ipc_wire.py (the tagged union ``WireIPCData`` and the
-# dict ``WRAPPER_TYPES``), and accepts only wrapper classes whose module is
-# ``lmcache.v1.platform.devices.<name>``. A wrapper from an external wheel fails
-# with KeyError / ValueError there. So, at plugin load, and only where that
-# allowlist exists, this module:
-#   1. defines the plugin's descriptor struct with a namespaced tag;
-#   2. adds it to ``WireIPCData`` (validated by building a msgspec Decoder first);
-#   3. maps it to the wrapper class in ``WRAPPER_TYPES``;
-#   4. installs a lazy alias module ``lmcache.v1.platform.devices.<WIRE_MODULE>``
-#      that resolves to ``ipc_wrapper.py`` on first use (the wrapper itself
-#      cannot be imported during discovery).
-# It must run at plugin load, in the worker *and* the server: the server decodes
-# a descriptor before it reads any DeviceSpec property. It touches LMCache
-# internals, so it is pinned to the tested releases and fails loudly (the plugin
-# is then skipped with the reason in LMCache's log). The upstream-ready
-# alternative, an in-tree wire type, is in README.md ("Upstream alternative").
-# ---------------------------------------------------------------------------
-
-import sys  # noqa: E402
-import types  # noqa: E402
-
-WIRE_TAG = "ext_{{ cookiecutter.import_package }}"
-WIRE_MODULE = "_ext_{{ cookiecutter.import_package }}"
-WIRE_MODULE_PATH = "lmcache.v1.platform.devices." + WIRE_MODULE
-WRAPPER_NAME = "{{ cookiecutter.class_prefix }}IPCWrapper"
-
-
-def publish_wrapper_class(wrapper_cls: type) -> None:
-    """Give the wrapper class the module name LMCache's wire accepts (0.5.6+ only)."""
-    if HAS_WIRE_ALLOWLIST:
-        wrapper_cls.__module__ = WIRE_MODULE_PATH
-
-
-def _wrapper_alias_getattr(name: str) -> Any:
-    if name != WRAPPER_NAME:
-        raise AttributeError(f"module {WIRE_MODULE_PATH!r} has no attribute {name!r}")
-    from .ipc_wrapper import {{ cookiecutter.class_prefix }}IPCWrapper
-
-    return {{ cookiecutter.class_prefix }}IPCWrapper
-
-
-if HAS_WIRE_ALLOWLIST:
-    import msgspec
-    from lmcache.v1.platform.base import ipc_wire  # msgspec and torch only: safe during discovery
-
-    class {{ cookiecutter.class_prefix }}IPCData(ipc_wire.IPCData, tag=WIRE_TAG):  # type: ignore[call-arg]
-        """Wire descriptor of a {{ cookiecutter.class_prefix }}IPCWrapper: an opaque runtime memory handle and byte range."""
-
-        handle: bytes
-        alloc_offset: ipc_wire.NonNegative
-        nbytes: ipc_wire.NonNegative
-
-        def __post_init__(self) -> None:
-            if self.alloc_offset + self.metadata.byte_span() > self.nbytes:
-                raise ValueError("IPC view exceeds the exported {{ cookiecutter.device_name }} allocation")
-
-    def register_wire_type() -> None:
-        """Register the descriptor with LMCache's IPC codec (idempotent; raises on conflicts)."""
-        data_cls = {{ cookiecutter.class_prefix }}IPCData
-        if ipc_wire.WRAPPER_TYPES.get(data_cls) == (WIRE_MODULE, WRAPPER_NAME):
-            return
-        taken = {getattr(t, "__struct_config__").tag for t in ipc_wire.WRAPPER_TYPES}
-        if WIRE_TAG in taken:
-            raise RuntimeError(f"IPC wire tag {WIRE_TAG!r} is already registered by another plugin")
-        existing = sys.modules.get(WIRE_MODULE_PATH)
-        if existing is not None and getattr(existing, "__getattr__", None) is not _wrapper_alias_getattr:
-            raise RuntimeError(f"{WIRE_MODULE_PATH} already exists and is not this plugin's alias")
-        union = ipc_wire.WireIPCData | data_cls
-        msgspec.msgpack.Decoder(union)  # raises on a tag clash before anything is changed
-        ipc_wire.WireIPCData = union  # type: ignore[misc]
-        wrapper_module = sys.modules.get("lmcache.v1.platform.base.ipc_wrapper")
-        if wrapper_module is not None:  # already imported: it reads the union from its own globals
-            wrapper_module.WireIPCData = union  # type: ignore[attr-defined]
-        ipc_wire.WRAPPER_TYPES[data_cls] = (WIRE_MODULE, WRAPPER_NAME)
-        alias = types.ModuleType(WIRE_MODULE_PATH, f"Alias of {__package__}.ipc_wrapper for LMCache's wire allowlist.")
-        alias.__getattr__ = _wrapper_alias_getattr  # type: ignore[method-assign]
-        sys.modules[WIRE_MODULE_PATH] = alias
-
-    register_wire_type()
 {%- endif %}

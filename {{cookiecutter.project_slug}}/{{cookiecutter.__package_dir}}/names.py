@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+"""The names of this backend, defined once: every other module imports them from here.
+
+Why a module of its own: the spec, the ops, the IPC parts{{ " and the doctor" if cookiecutter.ownership == "wheel" else "" }} all need
+them, and a module that imports nothing can be imported by any of them (and
+before ``import lmcache``) without an import circle.
+
+Must not import anything: not LMCache, not torch, not this package.
+"""
+
+#: ``tensor.device.type`` of your KV-cache tensors.
+DEVICE_TYPE = "{{ cookiecutter.device_name }}"
+#: LMCache's name for this backend: {{ 'the entry-point name and ' if cookiecutter.ownership == 'wheel' else '' }}the value of
+#: ``LMCACHE_DEVICE_BACKEND`` that selects it.
+BACKEND_NAME = "{{ cookiecutter.backend_name }}"
+#: ``torch.<name>``: the device module LMCache synchronises through.
+TORCH_MODULE_NAME = "{{ cookiecutter.__torch_module_name }}"
+#: The module that creates ``torch.{{ cookiecutter.__torch_module_name }}`` when imported; empty if torch
+#: has the device built in.
+TORCH_EXTENSION_MODULE = "{{ cookiecutter.torch_extension_module }}"
+{%- if cookiecutter.emulator == 'yes' %}
+#: Tests and CI set this to ``1`` to use the bundled CPU emulator of
+#: ``torch.{{ cookiecutter.__torch_module_name }}`` instead (see ``emulator/``). Never set it in production.
+EMULATOR_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}"
+EMULATOR_MODULE = "{{ cookiecutter.__package }}.emulator"
+{%- endif %}
