@@ -42,7 +42,7 @@ from tasks.checks import context  # noqa: E402
 from tasks.envs import ReleaseEnv  # noqa: E402
 from tasks.matrix import check_combination  # noqa: E402
 from tasks.progress import timed  # noqa: E402
-from tasks.project import build_wheel, install_wheel, render  # noqa: E402
+from tasks.project import install_render, render  # noqa: E402
 from tasks.prove import prove_release, select  # noqa: E402
 from tasks.variants import (  # noqa: E402
     CONTRACT_SUITES,
@@ -118,7 +118,7 @@ def bench(session: nox.Session) -> None:
     env.install(session, "matplotlib")
     work = Path(session.create_tmp()).resolve()
     project = render(session, env, work / "rendered", VARIANTS[REPRESENTATIVE])
-    install_wheel(session, env, build_wheel(session, env, project))
+    install_render(session, env, project)
     with session.chdir(work):
         env.run(session, "python", str(ROOT / "benchmarks" / "transfer_bench.py"), "--project", str(project),
                 "--out", str(ROOT / "bench-results"), *session.posargs,
@@ -136,7 +136,7 @@ def soak(session: nox.Session) -> None:
     env.ensure(session)
     work = Path(session.create_tmp()).resolve()
     project = render(session, env, work / "rendered", VARIANTS["lmcache-driven-default"])
-    install_wheel(session, env, build_wheel(session, env, project))
+    install_render(session, env, project)
     out = ROOT / "bench-results"
     out.mkdir(exist_ok=True)
     with session.chdir(work):

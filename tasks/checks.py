@@ -24,7 +24,7 @@ IN_TREE_RUFF = ("--isolated", "--line-length", "120", "--select", "E,F,W,I,B,UP"
 MAX_LINES = 300
 #: The modules LMCache-driven transfer adds to the package.
 LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "event_ipc.py", "pin_memory.py")
-#: What the wheel ships of the CPU emulator: its Python and the C++ it compiles on first use.
+#: The CPU emulator's package (its own distribution, ``__emulator_dir``): its Python and the C++ it compiles at load.
 EMULATOR_FILES = (
     "__init__.py", "_streams.py", "csrc/emulator.h", "csrc/events.cpp", "csrc/faults.cpp", "csrc/guard.cpp",
     "csrc/host_device.cpp", "csrc/memory.cpp", "csrc/ops.cpp", "csrc/streams.cpp",
@@ -98,7 +98,6 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
         if required not in names:
             problems.append(f"wheel lacks {required}")
     shipped = {
-        "the emulator": (all(f"{package}/emulator/{f}" in names for f in EMULATOR_FILES), ctx["emulator"] == "yes"),
         "native ops": (
             any(n.startswith(f"{package}/_kernels") and n.endswith(".so") for n in names)
             and f"{package}/native_ops.py" in names,
@@ -108,6 +107,10 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
             module: (f"{package}/{module}" in names, ctx["lmcache_driven"] != "no") for module in LMCACHE_DRIVEN_MODULES
         },
     }
+    emulator = {name.rsplit("/", 1)[-1] for name in EMULATOR_FILES} - {"__init__.py"}
+    shipped_emulator = [n for n in names if n.rsplit("/", 1)[-1] in emulator or "emulator" in n.split("/")[0]]
+    if shipped_emulator:
+        problems.append(f"the production wheel ships emulator files: {', '.join(shipped_emulator[:4])}")
     for what, (present, wanted) in shipped.items():
         if present != wanted:
             problems.append(f"{what}: {'missing' if wanted else 'shipped but not chosen'}")
@@ -188,16 +191,37 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def structure_problems(project: Path) -> list[str]:
-    """Import circles in the rendered package, and rendered files a vendor cannot read on one screen."""
+    """Import circles in the rendered package, production code that names the emulator, and rendered files
+    a vendor cannot read on one screen."""
     ctx = context(project)
     package_dir = project / ctx["__package_dir"]
     problems = [
         f"import circle: {' -> '.join(circle)}"
         for circle in import_circles(package_imports(package_dir, ctx["__package"]))
     ]
+    problems += [  # by import or by name (``importlib.import_module``): production code never selects it
+        f"{path.relative_to(project)}: production code names the emulator's package"
+        for path in sorted(package_dir.rglob("*.py"))
+        if ctx["__emulator_package"] in path.read_text()
+    ]
     for name in sorted(files(project)):
         if name.endswith((".py", ".cpp", ".h")):
             lines = (project / name).read_text().count("\n")
             if lines > MAX_LINES:
                 problems.append(f"{name}: {lines} lines (at most {MAX_LINES})")
+    return problems
+
+
+def emulator_wheel_problems(wheel: Path, project: Path) -> list[str]:
+    """What is wrong with the emulator's own wheel: its package files and torch's autoloading entry point."""
+    ctx = context(project)
+    package = ctx["__emulator_package"]
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
+        entry_points = archive.read(f"{info}/entry_points.txt").decode() if f"{info}/entry_points.txt" in names else ""
+    problems = [f"emulator wheel lacks {package}/{name}" for name in EMULATOR_FILES if f"{package}/{name}" not in names]
+    expected = f"[torch.backends]\n{package} = {package}:autoload"
+    if expected not in entry_points:
+        problems.append(f"emulator wheel's entry_points.txt lacks {expected!r}:\n{entry_points}")
     return problems

@@ -102,9 +102,10 @@ class ReleaseEnv:
         )
         return Path(str(out).strip().splitlines()[-1])
 
-    def uninstall_plugins(self, session: nox.Session, distribution: str) -> None:
-        """Remove a variant's wheel, so the next variant (wheel or in-tree) is the only backend of its name."""
-        self.pip(session, "uninstall", "--quiet", "--yes", distribution)
+    def uninstall_plugins(self, session: nox.Session, *distributions: str) -> None:
+        """Remove a variant's wheel and emulator, so the next variant (wheel or in-tree) is the only backend of
+        its name and runs on the emulator only if it has one."""
+        self.pip(session, "uninstall", "--quiet", "--yes", *distributions)
 
     @contextmanager
     def overlaid(self, session: nox.Session, project: Path, backend: str) -> Iterator[Path]:

@@ -18,7 +18,7 @@ import nox
 from tasks.checks import context
 from tasks.envs import ReleaseEnv, overlay_in_tree, wire_patches
 from tasks.progress import timed
-from tasks.project import build_wheel, check_statically, install_wheel, render
+from tasks.project import check_statically, emulator_distribution, install_emulator, install_render, render
 from tasks.suite import run_suite
 from tasks.variants import NEWEST, OPTIONS, combination_id
 
@@ -43,10 +43,10 @@ def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
         emulator = ctx["emulator"] == "yes"
         env_vars: dict[str, str | None] = {ctx["__emulator_env_var"]: "1" if emulator else None}
         tests = [project / ctx["__tests_dir"] / name for name in UNIT_SUITE]
-        env.uninstall_plugins(session, ctx["project_slug"])
+        env.uninstall_plugins(session, ctx["project_slug"], emulator_distribution(ctx))
         if ctx["ownership"] == "wheel":
-            with timings.step("build, inspect and install the wheel"):
-                install_wheel(session, env, build_wheel(session, env, project))
+            with timings.step("build, inspect and install the wheel (and the emulator's)"):
+                install_render(session, env, project)
             with timings.step("server-free suite") as step:
                 step.result = str(run_suite(session, env, tests, work, env_vars, device_present=emulator))
             return
@@ -55,6 +55,9 @@ def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
             session.error(f"expected {'a' if ctx['lmcache_driven'] != 'no' else 'no'} wire patch, found {patches}")
         with timings.step("patch applies; mypy inside an LMCache checkout"):
             typecheck_in_checkout(session, env, project, ctx["backend_name"])
+        if emulator:
+            with timings.step("build, inspect and install the emulator"):
+                install_emulator(session, env, project)
         with timings.step("overlay onto lmcache; server-free suite") as step:
             with env.overlaid(session, project, ctx["backend_name"]):
                 outcome = run_suite(session, env, tests, work, env_vars, device_present=emulator, own_settings=False)

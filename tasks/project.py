@@ -14,7 +14,14 @@ from pathlib import Path
 
 import nox
 
-from tasks.checks import IN_TREE_RUFF, context, rendered_text_problems, structure_problems, wheel_problems
+from tasks.checks import (
+    IN_TREE_RUFF,
+    context,
+    emulator_wheel_problems,
+    rendered_text_problems,
+    structure_problems,
+    wheel_problems,
+)
 from tasks.envs import ReleaseEnv
 from tasks.variants import ROOT, answers
 
@@ -43,7 +50,7 @@ def check_statically(session: nox.Session, env: ReleaseEnv, project: Path, cache
         env.run(session, "ruff", "check", "--no-cache", "--no-respect-gitignore", "--quiet", str(project))
         env.run(session, "ruff", "format", "--check", "--no-cache", "--quiet", str(project))
         env.run(session, "mypy", "--config-file", str(project / "pyproject.toml"), "--cache-dir", str(cache),
-                str(project / "src"), silent=True)  # fmt: skip
+                silent=True)  # fmt: skip (the files pyproject.toml names: the package, and the emulator if any)
     else:
         env.run(
             session, "ruff", "check", "--no-cache", "--no-respect-gitignore", "--quiet", *IN_TREE_RUFF, str(project)
@@ -94,8 +101,43 @@ def build_wheel(session: nox.Session, env: ReleaseEnv, project: Path) -> Path:
     return wheel
 
 
+def install_emulator(session: nox.Session, env: ReleaseEnv, project: Path) -> None:
+    """Build the render's CPU emulator (its own distribution) with a PEP 517 frontend, check it, install it.
+
+    Built from a copy, so the render keeps no build products; installed without its dependencies (torch and
+    ninja are there already: a resolver could only replace the CPU torch).
+    """
+    ctx = context(project)
+    tree = env.path / "build-tree-emulator"
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(project / ctx["__emulator_dir"], tree)
+    dist = env.path / "dist-emulator"
+    shutil.rmtree(dist, ignore_errors=True)
+    env.run(
+        session, "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(tree), silent=True
+    )
+    (wheel,) = dist.glob("*.whl")
+    problems = emulator_wheel_problems(wheel, project)
+    if problems:
+        session.error("emulator wheel check failed:\n  " + "\n  ".join(problems))
+    env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
+    session.log(f"emulator installed: {wheel.name}")
+
+
+def emulator_distribution(ctx: dict) -> str:
+    """The emulator's distribution name (what ``uninstall_plugins`` removes with the plugin)."""
+    return ctx["__emulator_package"].replace("_", "-")
+
+
 def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path) -> None:
     """Install the wheel (never editable): its dependencies resolved honestly, then this build's files forced in."""
     env.pip(session, "install", "--quiet", f"{wheel}[test]")
     env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
     env.pip(session, "check")
+
+
+def install_render(session: nox.Session, env: ReleaseEnv, project: Path) -> None:
+    """Build, check and install a wheel render, and its emulator when it has one."""
+    install_wheel(session, env, build_wheel(session, env, project))
+    if context(project)["emulator"] == "yes":
+        install_emulator(session, env, project)

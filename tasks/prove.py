@@ -22,7 +22,7 @@ import nox
 from tasks.checks import context
 from tasks.envs import TORCH, ReleaseEnv
 from tasks.progress import timed
-from tasks.project import build_wheel, check_statically, install_wheel, render
+from tasks.project import build_wheel, check_statically, emulator_distribution, install_emulator, install_wheel, render
 from tasks.suite import Outcome, count, run_contract, run_suite
 from tasks.variants import NEWEST, REPRESENTATIVE, VARIANTS, VENDOR_NOXFILE, is_in_tree
 
@@ -62,13 +62,15 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
     project = render(session, env, work / "rendered", variant)
     ctx = context(project)
     emulator = ctx["emulator"] == "yes"
-    meanwhile = emulator_built_meanwhile(env, project, ctx) if emulator and not is_in_tree(variant) else nullcontext()
+    meanwhile = emulator_built_meanwhile(env, project, ctx) if emulator else nullcontext()
     with meanwhile:
         check_statically(session, env, project, cache=env.path / "mypy-cache")
         wheel = None if is_in_tree(variant) else build_wheel(session, env, project)
     env_vars: dict[str, str | None] = {ctx["__emulator_env_var"]: "1" if emulator else None}
     tests = project / ctx["__tests_dir"]
-    env.uninstall_plugins(session, ctx["project_slug"])  # the previous variant's wheel
+    env.uninstall_plugins(session, ctx["project_slug"], emulator_distribution(ctx))  # the previous variant's
+    if emulator:
+        install_emulator(session, env, project)
     if is_in_tree(variant):
         with env.overlaid(session, project, ctx["backend_name"]):
             registered = (
@@ -82,9 +84,9 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
     package = ctx["__package"]
     installed = (f"import {package}, sysconfig; p = {package}.__file__; "
                  "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)")  # fmt: skip
-    if emulator:  # compiles the emulator on first use (one interpreter for both: each costs seconds)
+    if emulator:  # torch loads the emulator (its autoloading); one interpreter for both: each costs seconds
         module = ctx["__torch_module_name"]
-        installed += f"; import {package}.emulator, torch; print('torch.{module} devices:', torch.{module}.device_count())"
+        installed += f"; import torch; print('torch.{module} devices:', torch.{module}.device_count())"
     with session.chdir(work):  # nothing may resolve to the source tree
         env.run(session, "python", "-c", installed, env=env_vars)
     if name == VENDOR_NOXFILE and env.release == NEWEST:
@@ -102,10 +104,12 @@ def emulator_built_meanwhile(env: ReleaseEnv, project: Path, ctx: dict) -> Itera
     """Compile the render's emulator (one core) while the block runs (checks, the native build on the other).
 
     The emulator keys its build cache by its source and torch, so the installed copy
-    later loads this build; importing it from the render's source tree only fills
+    later loads this build; loading it from the render's source tree only fills
     that cache.
     """
-    code = f"import sys; sys.path.insert(0, {str(project / 'src')!r}); import {ctx['__package']}.emulator"
+    source = project / ctx["__emulator_dir"] / "src"
+    package = ctx["__emulator_package"]
+    code = f"import sys; sys.path.insert(0, {str(source)!r}); import {package}; {package}.load()"
     build = subprocess.Popen([env.python, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"},
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:

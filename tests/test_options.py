@@ -44,12 +44,14 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     rendered = files(project)
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
         "__init__.py", "names.py", "_lmcache_compat/__init__.py", "_lmcache_compat/kv_layout.py", "device_ops.py", "ipc_wrapper.py", "cache_context.py", "event_ipc.py",
-        "pin_memory.py", *(f"emulator/{name}" for name in EMULATOR_FILES))}  # fmt: skip
+        "pin_memory.py")}  # fmt: skip
+    emulator = {f"{IN_TREE_TESTS}_emulator/pyproject.toml",
+                *(f"{IN_TREE_TESTS}_emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES)}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
         "_engine.py", "_servers.py", "_spawn.py", "_support.py", "_zygote.py", "conftest.py", "e2e_worker.py", "test_cache_context.py", "test_discovery.py", "test_e2e_engine_driven.py",
         "test_e2e_lmcache_driven.py", "test_faults.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_ops_parity.py", "test_registry_faults.py",
         "test_spawn.py", "test_streams.py")}  # fmt: skip
-    assert rendered == package | suite | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
+    assert rendered == package | suite | emulator | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
     assert not [d for d in project.rglob("*") if d.is_dir() and not any(d.iterdir())], "empty directories left behind"
 
 
@@ -124,7 +126,7 @@ def test_every_lmcache_driven_render_carries_an_event_ipc_backend(render: Callab
 def test_no_emulator_render_ships_no_emulator_and_skips_device_tests_without_a_device(render: Callable[..., Path]) -> None:
     """emulator=no: no emulator files or variable; the suite skips what needs a device, with the reason, and runs the rest."""
     project = render(emulator="no", lmcache_driven="default")
-    assert not (project / "src/lmcache_foo/emulator").exists()
+    assert not (project / "emulator").exists()
     sources = "".join((project / name).read_text() for name in files(project) if name.startswith("src/"))
     assert "LMCACHE_FOO_EMULATOR" not in sources and "EMULATOR_MODULE" not in sources
     conftest = (project / "tests/conftest.py").read_text()

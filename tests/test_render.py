@@ -10,13 +10,14 @@ import shlex
 import shutil
 import subprocess
 import tomllib
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import TEMPLATE
 
-from tasks.checks import EMULATOR_FILES, files, leftover_syntax, structure_problems
+from tasks.checks import EMULATOR_FILES, files, leftover_syntax, structure_problems, wheel_problems
 from tasks.variants import OPTIONS, combination, combination_id, matrix
 
 EXPECTED_FILES = {
@@ -37,7 +38,8 @@ EXPECTED_FILES = {
     "src/lmcache_foo/doctor.py",
     "src/lmcache_foo/names.py",
     "src/lmcache_foo/py.typed",
-    *(f"src/lmcache_foo/emulator/{name}" for name in EMULATOR_FILES),
+    "emulator/pyproject.toml",
+    *(f"emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES),
     "tests/_engine.py",
     "tests/_servers.py",
     "tests/_spawn.py",
@@ -181,6 +183,21 @@ def test_every_render_has_no_import_circle_and_no_file_longer_than_a_screen(
     assert structure_problems(render(**answers)) == []
 
 
+@pytest.mark.parametrize("member", ["lmcache_foo/emulator/csrc/memory.cpp", "lmcache_foo_emulator/_streams.py"])
+def test_the_wheel_check_refuses_a_production_wheel_that_ships_the_emulator(
+    render: Callable[..., Path], tmp_path: Path, member: str
+) -> None:
+    """The emulator is a distribution of its own: a plugin wheel holding any of its files fails the wheel check."""
+    project = render()
+    wheel = tmp_path / "lmcache_foo_device-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("lmcache_foo_device-0.1.0.dist-info/METADATA", "Metadata-Version: 2.4\nName: x\n")
+        archive.writestr("lmcache_foo_device-0.1.0.dist-info/entry_points.txt", "")
+        archive.writestr("lmcache_foo/device.py", "")
+        archive.writestr(member, "")
+    assert f"the production wheel ships emulator files: {member}" in wheel_problems(wheel, project)
+
+
 def test_pyproject_declares_the_entry_point_and_requires_exactly_the_tested_lmcache_range(
     render: Callable[..., Path],
 ) -> None:
@@ -309,7 +326,7 @@ def test_rendered_tooling_configures_pre_commit_line_endings_and_mypy(render: Ca
     assert {"ruff", "mypy", "check-toml", "end-of-file-fixer"} <= hooks
     assert "* text=auto eol=lf" in (project / ".gitattributes").read_text()
     mypy = pyproject(project)["tool"]["mypy"]
-    assert mypy["files"] == ["src"] and mypy["ignore_missing_imports"] is True
+    assert mypy["files"] == ["src", "emulator/src"] and mypy["ignore_missing_imports"] is True
 
 
 def test_rendered_noxfile_offers_the_template_sessions_per_tested_release(render: Callable[..., Path]) -> None:

@@ -4,11 +4,9 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
 """LMCache device backend for {{ cookiecutter.device_name }} devices.
 
-Modules: ``device`` (the DeviceSpec LMCache discovers), ``device_ops`` (the
-KV-cache ops), ``_lmcache_compat`` (everything specific to an LMCache release){{ "," if cookiecutter.emulator == "yes" else "." }}
-{%- if cookiecutter.emulator == 'yes' %}
-``emulator`` (a CPU stand-in for ``torch.{{ cookiecutter.__torch_module_name }}``, tests only).
-{%- endif %}
+Modules: ``names`` (the backend's names), ``device`` (the DeviceSpec LMCache
+discovers), ``device_ops`` (the KV-cache ops), ``_lmcache_compat`` (everything
+specific to an LMCache release).
 
 Must not import LMCache or torch: a process that imports this package before
 ``import lmcache`` would otherwise start LMCache's plugin discovery while this

@@ -19,8 +19,9 @@ TORCH_MODULE_NAME = "{{ cookiecutter.__torch_module_name }}"
 #: has the device built in.
 TORCH_EXTENSION_MODULE = "{{ cookiecutter.torch_extension_module }}"
 {%- if cookiecutter.emulator == 'yes' %}
-#: Tests and CI set this to ``1`` to use the bundled CPU emulator of
-#: ``torch.{{ cookiecutter.__torch_module_name }}`` instead (see ``emulator/``). Never set it in production.
+#: Tests and CI set this to ``1`` to run on the CPU emulator of ``torch.{{ cookiecutter.__torch_module_name }}``,
+#: a distribution of its own that torch loads at import, from
+#: ``{{ cookiecutter.__emulator_dir }}/``.
+#: This package never reads it: the doctor names it in its advice.
 EMULATOR_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}"
-EMULATOR_MODULE = "{{ cookiecutter.__package }}.emulator"
 {%- endif %}

@@ -14,7 +14,8 @@ signals as for any process).
 What a child does not get fresh: the modules in ``PRELOAD``, imported with the
 suite's environment. So the zygote never imports lmcache, this plugin or the
 device's torch extension (LMCache builds its plugin registry at ``import
-lmcache``, from the child's own environment), and a program whose environment
+lmcache``, from the child's own environment; torch's device-backend autoloading
+runs in each child, with its environment, as ``import torch`` would), and a program whose environment
 differs in anything but ``SAFE_TO_VARY`` runs as a plain subprocess, as do
 calls with ``fresh=True`` (tests of what a fresh interpreter imports) and every
 call when ``FRESH_ENV_VAR=1`` (a device runtime that cannot be forked).
@@ -52,6 +53,9 @@ QUIET_ENV = {
     "LMCACHE_DISABLE_BANNER": "1",
     "OMP_NUM_THREADS": "1",
 }
+#: The zygote imports ``PRELOAD`` without torch's device-backend autoloading, which would load the device's
+#: extension (a vendor's, or the CPU emulator) with the zygote's environment; each child runs it itself.
+NO_AUTOLOAD = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 #: Set to 1 to start every program as a plain subprocess.
 FRESH_ENV_VAR = "LMCACHE_TESTS_FRESH_INTERPRETERS"
 
@@ -174,7 +178,7 @@ class _Zygote:
         zygote = str(Path(__file__).with_name("_zygote.py"))
         with open(os.path.join(self.dir, "log"), "wb") as log:
             self.process = subprocess.Popen([sys.executable, zygote, self.dir], stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE, stderr=log, env=self.env, cwd=self.dir)  # fmt: skip
+                                            stdout=subprocess.PIPE, stderr=log, env={**self.env, **NO_AUTOLOAD}, cwd=self.dir)  # fmt: skip
         self._ready = threading.Event()
         self._lock = threading.Lock()
 

@@ -113,6 +113,15 @@ def _reap(children: dict[int, socket.socket]) -> None:
             conn.close()
 
 
+def _autoload_device_backends() -> None:
+    """What ``import torch`` does last and the zygote skipped (``NO_AUTOLOAD``): call each ``torch.backends``
+    entry point (a vendor's extension, or the CPU emulator, which reads its variables now)."""
+    from importlib.metadata import entry_points
+
+    for entry_point in entry_points(group="torch.backends"):
+        entry_point.load()()
+
+
 def _run(request: dict[str, Any], base_path: list[str]) -> None:
     """In the child: become the program ``python <argv>`` would run, and run it."""
     import importlib
@@ -132,6 +141,8 @@ def _run(request: dict[str, Any], base_path: list[str]) -> None:
     extra = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     sys.path[:] = [first, *extra, *base_path]
     importlib.invalidate_caches()
+    if "torch" in sys.modules and os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") == "1":
+        _autoload_device_backends()
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     if argv[0] == "-m":

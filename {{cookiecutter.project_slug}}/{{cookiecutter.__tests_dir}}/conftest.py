@@ -2,9 +2,12 @@
 {% if cookiecutter.emulator == 'yes' -%}
 """Conformance-test setup: opt this process into the emulator and select the backend.
 
-LMCache reads these variables once, at ``import lmcache``, so they are set here,
-before any test module imports LMCache. Values already in the environment win:
-on real {{ cookiecutter.device_name }} hardware run ``{{ cookiecutter.__emulator_env_var }}=0 pytest``.
+LMCache reads these variables once, at ``import lmcache``, and torch loads the
+emulator (installed beside the plugin from
+``{{ cookiecutter.__emulator_dir }}/``) at ``import torch``
+when ``{{ cookiecutter.__emulator_env_var }}=1``, so they are set here, before any test module
+imports either. Values already in the environment win: on real {{ cookiecutter.device_name }} hardware
+run ``{{ cookiecutter.__emulator_env_var }}=0 pytest``.
 """
 {%- else -%}
 """Conformance-test setup: select the backend when this host has a {{ cookiecutter.device_name }} device.
@@ -19,6 +22,10 @@ one is skipped with the reason; the tests marked ``without_device`` still run.
 from __future__ import annotations
 
 import os
+{%- if cookiecutter.emulator == 'yes' %}
+import sys
+from importlib.util import find_spec
+{%- endif %}
 {%- if cookiecutter.emulator == 'no' %}
 
 
@@ -29,9 +36,10 @@ def _device_present() -> bool:
 
         import torch
 
-        if "{{ cookiecutter.torch_extension_module }}":
+        module = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)  # an extension torch autoloads
+        if module is None and "{{ cookiecutter.torch_extension_module }}":
             importlib.import_module("{{ cookiecutter.torch_extension_module }}")
-        module = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)
+            module = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)
         return bool(module is not None and module.is_available())
     except Exception:  # noqa: BLE001 - any failure means "no device here"
         return False
@@ -44,6 +52,17 @@ if DEVICE_PRESENT:
 
 os.environ.setdefault("{{ cookiecutter.__emulator_env_var }}", "1")
 os.environ.setdefault("LMCACHE_DEVICE_BACKEND", "{{ cookiecutter.backend_name }}")
+if os.environ["{{ cookiecutter.__emulator_env_var }}"] == "1":
+    if find_spec("{{ cookiecutter.__emulator_package }}") is None:
+        raise ImportError(
+            "{{ cookiecutter.__emulator_env_var }}=1 but the CPU emulator is not installed: "
+            "pip install ./{{ cookiecutter.__emulator_dir }} "
+            "(or set {{ cookiecutter.__emulator_env_var }}=0 on a {{ cookiecutter.device_name }} host)"
+        )
+    if "torch" in sys.modules:  # imported before this file set the variable: torch's autoloading has run
+        import {{ cookiecutter.__emulator_package }}
+
+        {{ cookiecutter.__emulator_package }}.load()
 {%- endif %}
 from _spawn import QUIET_ENV  # noqa: E402 - imports nothing heavier than the standard library
 
@@ -51,7 +70,9 @@ for _key, _value in QUIET_ENV.items():
     os.environ.setdefault(_key, _value)
 
 from importlib import metadata  # noqa: E402
+{%- if cookiecutter.emulator == 'no' %}
 from importlib.util import find_spec  # noqa: E402
+{%- endif %}
 
 
 def pytest_report_header() -> list[str]:
@@ -222,6 +243,6 @@ def emulator(runtime):  # type: ignore[no-untyped-def]
 
 def open_mappings() -> int:
     """IPC mappings open in this process (the CPU emulator reports them; a device runtime does not)."""
-    from {{ cookiecutter.__package }}.emulator import _ext
+    from {{ cookiecutter.__emulator_package }} import _ext
 
     return len(_ext.ipc_imports())
