@@ -279,6 +279,30 @@ def test_todo_markers_sit_where_vendor_code_goes(render: Callable[..., Path]) ->
     assert todos["device.py"] >= 1 and todos["device_ops.py"] >= 2
 
 
+@pytest.mark.parametrize("native_ops", ["no", "yes"])
+def test_every_source_says_on_its_second_line_whether_it_is_the_vendors_or_the_templates(
+    render: Callable[..., Path], native_ops: str
+) -> None:
+    """A vendor sees at a glance which files are theirs: each Python and C++ source of a wheel render (the
+    emulator's C++ aside: its directory is a distribution of its own) is marked "Your code" or "From the
+    template" under its SPDX line, TODO(vendor) appears only in files marked as the vendor's, and each of those
+    has one. An in-tree contribution, LMCache's from then on, carries no marks."""
+    owner = json.loads((TEMPLATE / "cookiecutter.json").read_text())["_owner"]
+    project = render(lmcache_driven="default", native_ops=native_ops)
+    marks = {}
+    for name in sorted(files(project)):
+        if name.endswith((".py", ".cpp", ".h")) and not (name.startswith("emulator/") and name.endswith((".cpp", ".h"))):
+            second = (project / name).read_text().splitlines()[1].lstrip("#/ ")
+            marks[name] = next((who for who, text in owner.items() if second == text), f"unmarked: {second!r}")
+    assert {name: mark for name, mark in marks.items() if mark not in owner} == {}
+    todo = {name for name in marks if "TODO(vendor)" in (project / name).read_text()}
+    assert todo == {name for name, mark in marks.items() if mark == "vendor"}
+    assert {"src/lmcache_foo/device.py", "src/lmcache_foo/device_ops.py"} <= todo
+    in_tree = render(ownership="in_tree", lmcache_driven="default")
+    sources = [name for name in files(in_tree) if name.endswith((".py", ".cpp", ".h"))]
+    assert not [name for name in sources if any(text in (in_tree / name).read_text() for text in owner.values())]
+
+
 def test_compat_module_lists_the_same_tested_releases_as_the_requirement(render: Callable[..., Path]) -> None:
     """_lmcache_compat's TESTED_LMCACHE_VERSIONS are the tested releases, and the requirement spans exactly them."""
     context = json.loads((TEMPLATE / "cookiecutter.json").read_text())

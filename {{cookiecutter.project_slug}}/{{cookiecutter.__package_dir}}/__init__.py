@@ -2,6 +2,7 @@
 {% include 'device_spec.py.j2' %}
 {%- else -%}
 # SPDX-License-Identifier: {{ cookiecutter.license }}
+# {{ cookiecutter._owner.template }}
 """LMCache device backend for {{ cookiecutter.device_name }} devices.
 
 Modules: ``names`` (the backend's names), ``device`` (the DeviceSpec LMCache

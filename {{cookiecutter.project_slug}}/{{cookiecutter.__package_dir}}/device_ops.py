@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""KV-cache operations LMCache runs on {{ cookiecutter.device_name }} tensors.
+{{ ("# " ~ cookiecutter._owner.vendor ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""KV-cache operations LMCache runs on {{ cookiecutter.device_name }} tensors.
 
 ``{{ cookiecutter.class_prefix }}DeviceOps`` inherits LMCache's torch baseline: every op is implemented
 with ordinary torch calls, so it already works on any device whose torch backend

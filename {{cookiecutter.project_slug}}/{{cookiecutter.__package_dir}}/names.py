@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""The names of this backend, defined once: every other module imports them from here.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The names of this backend, defined once: every other module imports them from here.
 
 Why a module of its own: the spec, the ops, the IPC parts{{ " and the doctor" if cookiecutter.ownership == "wheel" else "" }} all need
 them, and a module that imports nothing can be imported by any of them (and

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""A serving engine's processes, without vLLM: worker ranks and LMCache's scheduler adapter.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""A serving engine's processes, without vLLM: worker ranks and LMCache's scheduler adapter.
 
 Why it exists: the end-to-end tests drive a real ``lmcache server`` the way
 vLLM's ``LMCacheMPConnector`` does. Each worker rank is an ``e2e_worker.py``

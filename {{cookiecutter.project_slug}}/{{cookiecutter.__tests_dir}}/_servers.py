@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""Real ``lmcache server`` processes for the end-to-end tests, on free 127.0.0.1 ports.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Real ``lmcache server`` processes for the end-to-end tests, on free 127.0.0.1 ports.
 
 Why it is shaped this way: a server costs seconds of CPU to start (about 2 s
 forked from the suite's zygote, ``_spawn.py``; 6 s from a new interpreter) and

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""Start the suite's Python programs from a warm interpreter: the same programs, less CPU each.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Start the suite's Python programs from a warm interpreter: the same programs, less CPU each.
 
 Why it exists: the suite starts dozens of Python processes (``lmcache server``s,
 worker ranks, doctor runs, fresh registries), and most of each one's CPU went to
@@ -176,9 +176,10 @@ class _Zygote:
         self.address = socket_address(self.dir)
         self.env = {**os.environ, **QUIET_ENV}
         zygote = str(Path(__file__).with_name("_zygote.py"))
+        env = {**self.env, **NO_AUTOLOAD}  # self.env: what the children's environments are compared with
         with open(os.path.join(self.dir, "log"), "wb") as log:
             self.process = subprocess.Popen([sys.executable, zygote, self.dir], stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE, stderr=log, env={**self.env, **NO_AUTOLOAD}, cwd=self.dir)  # fmt: skip
+                                            stdout=subprocess.PIPE, stderr=log, env=env, cwd=self.dir)  # fmt: skip
         self._ready = threading.Event()
         self._lock = threading.Lock()
 

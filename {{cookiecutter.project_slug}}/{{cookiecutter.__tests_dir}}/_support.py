@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""Helpers for the conformance tests: new processes, KV geometry, fake plugins.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Helpers for the conformance tests: new processes, KV geometry, fake plugins.
 
 Nothing here fakes LMCache: the processes started here (through ``_spawn.py``)
 import the installed ``lmcache`` and this installed plugin themselves. The real

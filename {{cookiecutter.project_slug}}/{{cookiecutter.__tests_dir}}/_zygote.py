@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""The zygote of tests/_spawn.py: a Python process that has imported ``PRELOAD`` and forks the suite's programs.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The zygote of tests/_spawn.py: a Python process that has imported ``PRELOAD`` and forks the suite's programs.
 
 Run as ``python _zygote.py DIRECTORY`` by ``_spawn.py`` (never imported). It reads
 requests (argv, environment, working directory, and three file descriptors for

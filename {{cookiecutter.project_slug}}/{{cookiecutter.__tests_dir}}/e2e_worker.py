@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""One serving-engine worker (one TP rank) driving a real ``lmcache server``.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""One serving-engine worker (one TP rank) driving a real ``lmcache server``.
 
 Run as a separate process by ``test_e2e_engine_driven.py``: LMCache builds its
 device registry once per process, so each worker selects the

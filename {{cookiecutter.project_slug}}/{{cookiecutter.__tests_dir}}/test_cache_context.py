@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""The cache context as LMCache's server uses it: built by LMCache's factory, staged, closed.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The cache context as LMCache's server uses it: built by LMCache's factory, staged, closed.
 
 Layouts come from LMCache's own group manager (kernel groups, object groups,
 sliding windows), so the staging buffer is checked against what the server

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""LMCache finds, validates and selects the {{ 'in-tree backend' if cookiecutter.ownership == 'in_tree' else 'installed plugin' }} (guide: "Debugging checklist").
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""LMCache finds, validates and selects the {{ 'in-tree backend' if cookiecutter.ownership == 'in_tree' else 'installed plugin' }} (guide: "Debugging checklist").
 
 LMCache builds its registry once per process, inside ``import lmcache``, so
 every case runs in a fresh interpreter with its own environment; cases that

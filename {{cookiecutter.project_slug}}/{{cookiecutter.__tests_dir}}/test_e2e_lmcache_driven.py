@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""End to end, LMCache-driven: the server maps the workers' {{ cookiecutter.device_name }} KV caches and runs this plugin.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""End to end, LMCache-driven: the server maps the workers' {{ cookiecutter.device_name }} KV caches and runs this plugin.
 
 The server runs with this plugin selected (``LMCACHE_DEVICE_BACKEND``) so that
 its cache context, event backend and ops are the plugin's; workers hand their

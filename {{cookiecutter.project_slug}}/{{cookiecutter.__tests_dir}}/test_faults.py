@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""Server faults and bad input: each ends with a clear error within 30 s, never a hang, never a wrong byte.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Server faults and bad input: each ends with a clear error within 30 s, never a hang, never a wrong byte.
 
 Each case drives a real ``lmcache server`` on 127.0.0.1 with short timeouts.
 Plugin-loading faults are in ``test_registry_faults.py``. Other fault cases live

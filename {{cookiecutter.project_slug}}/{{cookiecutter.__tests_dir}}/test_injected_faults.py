@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""Faults a device runtime really has, injected into the CPU emulator.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Faults a device runtime really has, injected into the CPU emulator.
 
 Out of memory on allocation, an IPC open that fails, host registration that
 refuses a range, a device lost in the middle of a transfer: each must end in a

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""The IPC wrapper as LMCache's server uses it: descriptors, views, mappings and their lifetime.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The IPC wrapper as LMCache's server uses it: descriptors, views, mappings and their lifetime.
 
 A device runtime maps an exported allocation once per process, however often
 its handle is opened, and one close unmaps it for every user; the layers of a

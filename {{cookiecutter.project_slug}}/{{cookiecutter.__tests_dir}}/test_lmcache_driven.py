@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""The LMCache-driven building blocks, each against LMCache's own entry points.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The LMCache-driven building blocks, each against LMCache's own entry points.
 
 Capability-gated: every test that needs LMCache-driven support is skipped,
 with the reason, when the spec does not declare it; the routing tests check

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""The native ops module honours the guide's integration contract (Part 2).
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The native ops module honours the guide's integration contract (Part 2).
 
 Gated on the package shipping ``native_ops``: without it every test is skipped
 with the reason. When it ships, the ops must really be bound (a build that

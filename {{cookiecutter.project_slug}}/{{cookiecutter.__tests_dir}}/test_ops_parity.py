@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""The plugin's ops give byte-identical results to LMCache's torch baseline on the CPU.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The plugin's ops give byte-identical results to LMCache's torch baseline on the CPU.
 
 Transfers go through LMCache's own engine-driven call sites
 (``gather_paged_kv_to_cpu`` = D2H, ``scatter_cpu_to_paged_kv`` = H2D), which

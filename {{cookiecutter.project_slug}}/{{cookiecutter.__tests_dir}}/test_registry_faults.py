@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""Plugin-loading faults: LMCache's registry stays usable and says why it skipped a plugin.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Plugin-loading faults: LMCache's registry stays usable and says why it skipped a plugin.
 
 Each case runs ``import lmcache`` in a fresh interpreter with fake plugins on
 ``PYTHONPATH`` (LMCache builds its registry once per process), and must end

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""The suite's process launcher (``_spawn.py``): a forked program sees what ``python`` would give it.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The suite's process launcher (``_spawn.py``): a forked program sees what ``python`` would give it.
 
 The other tests trust it with every server, worker rank and fresh registry, so
 here a forked program and a new interpreter run the same probe and must agree.

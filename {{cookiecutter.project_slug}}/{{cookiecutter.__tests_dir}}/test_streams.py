@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-"""Stream order and device memory: what a device runtime guarantees, and what this plugin must respect.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Stream order and device memory: what a device runtime guarantees, and what this plugin must respect.
 
 On a device, work queued on a stream runs later, and host code cannot touch
 device memory. Code that publishes, reads or frees before queued work has run,

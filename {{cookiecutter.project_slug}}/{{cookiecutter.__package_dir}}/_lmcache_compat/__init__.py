@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{% if cookiecutter.ownership == 'in_tree' -%}
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}{% if cookiecutter.ownership == 'in_tree' -%}
 """Every LMCache name this backend uses, in one place.
 
 Why it exists: the backend's other modules import LMCache names from here, so an
