@@ -46,10 +46,9 @@ def test_cache_context_is_built_by_lmcaches_factory_and_complete(lmcache_driven)
 
 
 def test_closing_a_cache_context_drains_its_stream_before_unmapping_and_twice_closes_once(  # type: ignore[no-untyped-def]
-    lmcache_driven, monkeypatch
+    lmcache_driven, runtime, monkeypatch
 ) -> None:
     """close() synchronizes its stream, then closes every wrapper once and drops the KV tensors; again, nothing."""
-    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
     log: list[str] = []
 
     class LoggedStream(runtime.Stream):  # type: ignore[misc, name-defined]

@@ -146,9 +146,8 @@ def test_a_wrapper_built_in_another_thread_maps_the_same_memory(lmcache_driven) 
     wrapper.close()
 
 
-def test_memory_of_the_second_device_is_wrapped_and_mapped_on_that_device(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+def test_memory_of_the_second_device_is_wrapped_and_mapped_on_that_device(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
     """TP=2 on one host: a layer on device 1 while device 0 is current maps as device 1's memory."""
-    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
     if runtime.device_count() < 2:
         pytest.skip(f"needs two {DEVICE} devices")
     layer = seeded_kv(SHAPE, 7, device=f"{DEVICE}:1")["layer.0"]

@@ -60,13 +60,12 @@ def test_lmcache_driven_mode_is_served_or_refused_clearly(spec) -> None:  # type
 # -------------------------------------------------------------- event IPC --
 
 
-def test_event_backend_runs_the_full_ipc_cycle(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+def test_event_backend_runs_the_full_ipc_cycle(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
     """create, record, export, import, wait, query, synchronize: the sequence LMCache's futures use."""
     backend = lmcache_driven.event_ipc_backend
     assert backend is lmcache_driven.event_ipc_backend, "the backend must be cached on the spec"
     device = torch.device(DEVICE, 0)
     backend.check_event_support(device)
-    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
     event = backend.create_event(device)
     backend.record_event(event, runtime.current_stream(device))
     handle = backend.export_event(event, device)
@@ -94,29 +93,28 @@ print("imported", backend.query_event(imported))
     assert done.stdout.split()[-2:] == ["imported", "True"]
 
 
-def test_an_exported_event_is_imported_and_waited_on_in_a_second_process(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+def test_an_exported_event_is_imported_and_waited_on_in_a_second_process(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
     """A fresh process imports the worker's event handle and synchronizes on it."""
     backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
     event = backend.create_event(device)
-    backend.record_event(event, getattr(torch, "{{ cookiecutter.__torch_module_name }}").current_stream(device))
+    backend.record_event(event, runtime.current_stream(device))
     import_in_another_process(backend.export_event(event, device))
 
 
-def test_an_exported_event_stays_importable_after_its_creator_drops_it(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+def test_an_exported_event_stays_importable_after_its_creator_drops_it(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
     """LMCache exports an event and lets go of it; the backend keeps it alive while its handle may be imported
     (a destroyed event's handle is stale, as on a device)."""
     backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
     event = backend.create_event(device)
-    backend.record_event(event, getattr(torch, "{{ cookiecutter.__torch_module_name }}").current_stream(device))
+    backend.record_event(event, runtime.current_stream(device))
     handle = backend.export_event(event, device)
     del event
     gc.collect()
     import_in_another_process(handle)
 
 
-def test_events_are_created_exported_and_imported_on_their_own_device(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+def test_events_are_created_exported_and_imported_on_their_own_device(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
     """TP=2 on one host: device 1's events belong to device 1 while device 0 is current."""
-    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
     if runtime.device_count() < 2:
         pytest.skip(f"needs two {DEVICE} devices")
     backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 1)

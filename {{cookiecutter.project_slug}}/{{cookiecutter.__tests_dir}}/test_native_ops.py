@@ -107,7 +107,7 @@ def test_native_transfers_equal_the_baseline_both_ways(  # type: ignore[no-untyp
     assert native._calls[key] >= before.get(key, 0) + 2, f"expected the {path} path for {layout}"
 
 
-def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(native) -> None:  # type: ignore[no-untyped-def]
+def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(native, runtime) -> None:  # type: ignore[no-untyped-def]
     """A native gather queued behind pending work writes nothing until that work has run, then the right bytes:
     kernels are launched on the device's current stream (not run on the host, not on a stream of their own)."""
     shape, hints = NATIVE_LAYOUTS["flash_nhd"]
@@ -115,7 +115,6 @@ def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(nativ
     expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
     on_device = {k: v.to(DEVICE) for k, v in source.items()}
     out = [torch.zeros_like(chunk) for chunk in expected]
-    runtime = getattr(torch, "{{ cookiecutter.__torch_module_name }}")
     before = native._calls["multi_layer_block_kv_transfer:native"]
     with held(runtime.current_stream()) as hold:
         gather_paged_kv_to_cpu(on_device, BLOCK_IDS, 2, layout_hints=hints, out=out)

@@ -92,16 +92,16 @@ def test_memcpy_tensor_mode_matches_the_cpu_baseline() -> None:
     assert same_bytes(dest, expected)
 
 
-def device_at(index: int) -> str:
+def device_at(runtime, index: int) -> str:  # type: ignore[no-untyped-def]
     """``{{ cookiecutter.device_name }}:index``, skipping the test on a host with fewer devices."""
-    if index >= getattr(torch, "{{ cookiecutter.__torch_module_name }}").device_count():
+    if index >= runtime.device_count():
         pytest.skip(f"needs {index + 1} {DEVICE} devices")
     return f"{DEVICE}:{index}"
 
 
 @pytest.mark.parametrize("index", [0, 1], ids=["device0", "device1-while-device0-is-current"])
 @pytest.mark.parametrize("direction", ["H2D", "D2H"])
-def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str, index: int) -> None:
+def test_memcpy_pointer_mode_copies_bytes_without_libcudart(runtime, direction: str, index: int) -> None:  # type: ignore[no-untyped-def]
     """Pointer-mode lmcache_memcpy_async moves the bytes on the memory's own device, never through libcudart."""
     from {{ cookiecutter.__package }} import _lmcache_compat as compat
 
@@ -109,24 +109,24 @@ def test_memcpy_pointer_mode_copies_bytes_without_libcudart(direction: str, inde
 
     nbytes = 4096 + 17
     host = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)
-    dev = torch.randint(0, 255, (nbytes,), dtype=torch.uint8).to(device_at(index))
+    dev = torch.randint(0, 255, (nbytes,), dtype=torch.uint8).to(device_at(runtime, index))
     expected = (host if direction == "H2D" else dev.cpu()).clone()
     ops = resolve_device_ops(DEVICE)
     if direction == "H2D":
         ops.lmcache_memcpy_async(dev.data_ptr(), host.data_ptr(), nbytes, TransferDirection.H2D, 0, 4096)
-        getattr(torch, "{{ cookiecutter.__torch_module_name }}").synchronize(dev.device)  # the copy is asynchronous
+        runtime.synchronize(dev.device)  # the copy is asynchronous
         assert same_bytes(dev, expected)
     else:
         ops.lmcache_memcpy_async(host.data_ptr(), dev.data_ptr(), nbytes, TransferDirection.D2H, 0, 4096)
-        getattr(torch, "{{ cookiecutter.__torch_module_name }}").synchronize(dev.device)  # not the current device
+        runtime.synchronize(dev.device)  # not the current device
         assert same_bytes(host, expected)
     assert not baseline_loaded_cuda_runtime()
 
 
 @pytest.mark.parametrize("index", [0, 1], ids=["device0", "device1-while-device0-is-current"])
-def test_tensor_from_ptr_aliases_device_memory_on_the_memorys_own_device(index: int) -> None:
+def test_tensor_from_ptr_aliases_device_memory_on_the_memorys_own_device(runtime, index: int) -> None:  # type: ignore[no-untyped-def]
     """tensor_from_ptr(ptr, ..., a device without index) views the same memory, on the device that owns it."""
-    base = torch.arange(64, dtype=torch.float32).to(device_at(index))
+    base = torch.arange(64, dtype=torch.float32).to(device_at(runtime, index))
     ops = resolve_device_ops(DEVICE)
     view = ops.tensor_from_ptr(base.data_ptr() + 16 * 4, (4, 8), torch.float32, torch.device(DEVICE))
     assert view.device == base.device and view.data_ptr() == base.data_ptr() + 64
