@@ -49,8 +49,9 @@ def check_statically(session: nox.Session, env: ReleaseEnv, project: Path, cache
     if ctx["ownership"] == "wheel":
         env.run(session, "ruff", "check", "--no-cache", "--no-respect-gitignore", "--quiet", str(project))
         env.run(session, "ruff", "format", "--check", "--no-cache", "--quiet", str(project))
+        sources = [project / "src", *[path for path in [project / ctx["__emulator_dir"] / "src"] if path.is_dir()]]
         env.run(session, "mypy", "--config-file", str(project / "pyproject.toml"), "--cache-dir", str(cache),
-                silent=True)  # fmt: skip (the files pyproject.toml names: the package, and the emulator if any)
+                *map(str, sources), silent=True)  # fmt: skip
     else:
         env.run(
             session, "ruff", "check", "--no-cache", "--no-respect-gitignore", "--quiet", *IN_TREE_RUFF, str(project)

@@ -243,6 +243,4 @@ def emulator(runtime):  # type: ignore[no-untyped-def]
 
 def open_mappings() -> int:
     """IPC mappings open in this process (the CPU emulator reports them; a device runtime does not)."""
-    from {{ cookiecutter.__emulator_package }} import _ext
-
-    return len(_ext.ipc_imports())
+    return int(device_runtime().ipc_mappings())
