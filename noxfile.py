@@ -108,7 +108,7 @@ def matrix_session(session: nox.Session, combo: tuple[str, ...]) -> None:
 
 @nox.session(default=False, venv_backend="none")
 def bench(session: nox.Session) -> None:
-    """Op-level and end-to-end KV transfer figures for native foo, baseline foo and LMCache's CPU path.
+    """Op-level and end-to-end KV transfer figures: the sample device's native and baseline ops, LMCache's CPU path.
 
     Prints a table, writes bench-results/bench.json and bench.png, and checks the targets. Not a
     test: ratios are measured side by side in one run. Posargs go to benchmarks/transfer_bench.py.

@@ -68,15 +68,21 @@ def rendered_text_problems(project: Path) -> list[str]:
     return problems
 
 
+def read_wheel(wheel: Path) -> tuple[list[str], str, list[str]]:
+    """A wheel's file names, its entry_points.txt (empty if none) and its METADATA lines."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
+        entry_points = archive.read(f"{info}/entry_points.txt").decode() if f"{info}/entry_points.txt" in names else ""
+        return names, entry_points, archive.read(f"{info}/METADATA").decode().splitlines()
+
+
 def wheel_problems(wheel: Path, project: Path) -> list[str]:
     """What is wrong with a render's wheel: entry point, licence, lmcache range, and which modules ship."""
     ctx = context(project)
     package = ctx["import_package"]
-    with zipfile.ZipFile(wheel) as archive:
-        names = archive.namelist()
-        info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
-        entry_points = archive.read(f"{info}/entry_points.txt").decode()
-        metadata = archive.read(f"{info}/METADATA").decode().splitlines()
+    names, entry_points, metadata = read_wheel(wheel)
+    info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
     problems = []
     expected = (
         f"[{ctx['_entry_point_group']}]\n{ctx['backend_name']} = {ctx['__spec_module']}:{ctx['class_prefix']}DeviceSpec"
@@ -214,12 +220,8 @@ def structure_problems(project: Path) -> list[str]:
 
 def emulator_wheel_problems(wheel: Path, project: Path) -> list[str]:
     """What is wrong with the emulator's own wheel: its package files and torch's autoloading entry point."""
-    ctx = context(project)
-    package = ctx["__emulator_package"]
-    with zipfile.ZipFile(wheel) as archive:
-        names = archive.namelist()
-        info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
-        entry_points = archive.read(f"{info}/entry_points.txt").decode() if f"{info}/entry_points.txt" in names else ""
+    package = context(project)["__emulator_package"]
+    names, entry_points, _ = read_wheel(wheel)
     problems = [f"emulator wheel lacks {package}/{name}" for name in EMULATOR_FILES if f"{package}/{name}" not in names]
     expected = f"[torch.backends]\n{package} = {package}:autoload"
     if expected not in entry_points:

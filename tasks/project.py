@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import filecmp
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -88,17 +89,26 @@ def build_wheel(session: nox.Session, env: ReleaseEnv, project: Path) -> Path:
     # delete the native sources and force the next native build to compile everything again.
     tree = env.path / ("build-tree-native" if context(project)["native_ops"] == "yes" else "build-tree")
     sync_tree(project, tree)
-    dist = env.path / "dist"
+    wheel = _built_and_checked(session, env, tree, env.path / "dist", problems=lambda w: wheel_problems(w, project))
+    session.log(f"wheel OK: {wheel.name}")
+    return wheel
+
+
+def _built_and_checked(
+    session: nox.Session, env: ReleaseEnv, tree: Path, dist: Path, problems: Callable[[Path], list[str]]
+) -> Path:
+    """The wheel of ``tree``, built into an emptied ``dist`` with a PEP 517 frontend; ``problems`` stop the session.
+
+    Without isolation: native ops compile against this environment's torch, and nothing is downloaded.
+    """
     shutil.rmtree(dist, ignore_errors=True)
-    # Without isolation: native ops compile against this environment's torch, and nothing is downloaded.
     env.run(
         session, "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(tree), silent=True
     )
     (wheel,) = dist.glob("*.whl")
-    problems = wheel_problems(wheel, project)
-    if problems:
-        session.error("wheel check failed:\n  " + "\n  ".join(problems))
-    session.log(f"wheel OK: {wheel.name}")
+    found = problems(wheel)
+    if found:
+        session.error(f"{wheel.name} check failed:\n  " + "\n  ".join(found))
     return wheel
 
 
@@ -113,14 +123,7 @@ def install_emulator(session: nox.Session, env: ReleaseEnv, project: Path) -> No
     shutil.rmtree(tree, ignore_errors=True)
     shutil.copytree(project / ctx["__emulator_dir"], tree)
     dist = env.path / "dist-emulator"
-    shutil.rmtree(dist, ignore_errors=True)
-    env.run(
-        session, "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(tree), silent=True
-    )
-    (wheel,) = dist.glob("*.whl")
-    problems = emulator_wheel_problems(wheel, project)
-    if problems:
-        session.error("emulator wheel check failed:\n  " + "\n  ".join(problems))
+    wheel = _built_and_checked(session, env, tree, dist, problems=lambda w: emulator_wheel_problems(w, project))
     env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
     session.log(f"emulator installed: {wheel.name}")
 
