@@ -68,21 +68,20 @@ def rendered_text_problems(project: Path) -> list[str]:
     return problems
 
 
-def read_wheel(wheel: Path) -> tuple[list[str], str, list[str]]:
-    """A wheel's file names, its entry_points.txt (empty if none) and its METADATA lines."""
+def read_wheel(wheel: Path) -> tuple[list[str], str, str, list[str]]:
+    """A wheel's file names, its ``.dist-info`` directory, its entry_points.txt (empty if none), its METADATA lines."""
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
         entry_points = archive.read(f"{info}/entry_points.txt").decode() if f"{info}/entry_points.txt" in names else ""
-        return names, entry_points, archive.read(f"{info}/METADATA").decode().splitlines()
+        return names, info, entry_points, archive.read(f"{info}/METADATA").decode().splitlines()
 
 
 def wheel_problems(wheel: Path, project: Path) -> list[str]:
     """What is wrong with a render's wheel: entry point, licence, lmcache range, and which modules ship."""
     ctx = context(project)
     package = ctx["import_package"]
-    names, entry_points, metadata = read_wheel(wheel)
-    info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
+    names, info, entry_points, metadata = read_wheel(wheel)
     problems = []
     expected = (
         f"[{ctx['_entry_point_group']}]\n{ctx['backend_name']} = {ctx['__spec_module']}:{ctx['class_prefix']}DeviceSpec"
@@ -128,20 +127,25 @@ def package_imports(package_dir: Path, package: str) -> dict[str, set[str]]:
 
     Every import counts wherever it stands (in functions and ``TYPE_CHECKING``
     blocks too): a lazy import is still a dependency. Modules are named relative
-    to the package (``device``, ``emulator._streams``; ``__init__`` for the package).
+    to the package (``device``, ``_lmcache_compat.wire``; ``__init__`` for the package itself).
     """
-    paths = {path: ".".join(path.relative_to(package_dir).with_suffix("").parts) for path in package_dir.rglob("*.py")}
-    modules = {name.removesuffix(".__init__") if name != "__init__" else name for name in paths.values()}
+
+    def module_name(path: Path) -> str:
+        parts = path.relative_to(package_dir).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+    paths = {path: module_name(path) for path in package_dir.rglob("*.py")}
+    modules = set(paths.values())
 
     def known(dotted: str) -> str | None:
-        relative = dotted.removeprefix(package).lstrip(".") if dotted.startswith(package) else None
-        if relative is None:
+        """The package's module ``dotted`` names, if it is one."""
+        if dotted != package and not dotted.startswith(package + "."):
             return None
-        return relative or "__init__" if (relative or "__init__") in modules else None
+        relative = dotted.removeprefix(package).lstrip(".") or "__init__"
+        return relative if relative in modules else None
 
     graph: dict[str, set[str]] = {}
     for path, name in paths.items():
-        name = name.removesuffix(".__init__") if name != "__init__" else name
         here = package.split(".") + ([] if name == "__init__" else name.split("."))
         if path.name != "__init__.py":
             here = here[:-1]  # a module's relative imports start from its package
@@ -221,7 +225,7 @@ def structure_problems(project: Path) -> list[str]:
 def emulator_wheel_problems(wheel: Path, project: Path) -> list[str]:
     """What is wrong with the emulator's own wheel: its package files and torch's autoloading entry point."""
     package = context(project)["__emulator_package"]
-    names, entry_points, _ = read_wheel(wheel)
+    names, _, entry_points, _ = read_wheel(wheel)
     problems = [f"emulator wheel lacks {package}/{name}" for name in EMULATOR_FILES if f"{package}/{name}" not in names]
     expected = f"[torch.backends]\n{package} = {package}:autoload"
     if expected not in entry_points:
