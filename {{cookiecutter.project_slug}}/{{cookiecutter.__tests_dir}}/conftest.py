@@ -24,8 +24,8 @@ from __future__ import annotations
 import os
 {%- if cookiecutter.emulator == 'yes' %}
 import sys
-from importlib.util import find_spec
 {%- endif %}
+from importlib.util import find_spec
 {%- if cookiecutter.emulator == 'no' %}
 
 
@@ -70,9 +70,6 @@ for _key, _value in QUIET_ENV.items():
     os.environ.setdefault(_key, _value)
 
 from importlib import metadata  # noqa: E402
-{%- if cookiecutter.emulator == 'no' %}
-from importlib.util import find_spec  # noqa: E402
-{%- endif %}
 
 
 def pytest_report_header() -> list[str]:
