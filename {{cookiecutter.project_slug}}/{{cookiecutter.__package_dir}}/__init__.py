@@ -1,5 +1,5 @@
 {% if cookiecutter.ownership == 'in_tree' -%}
-{% include 'device_spec.py.j2' %}
+{% filter trim %}{% include 'device_spec.py.j2' %}{% endfilter %}
 {%- else -%}
 # SPDX-License-Identifier: {{ cookiecutter.license }}
 # {{ cookiecutter._owner.template }}

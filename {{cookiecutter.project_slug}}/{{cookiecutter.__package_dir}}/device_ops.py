@@ -26,8 +26,11 @@ for a non-CUDA device:
 Imported lazily by ``{{ cookiecutter.class_prefix }}DeviceSpec.ops_cls``, after ``import lmcache`` finished.
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
+from typing import ClassVar
 import ctypes
 {%- if cookiecutter.lmcache_driven != 'no' %}
 import functools
@@ -36,10 +39,11 @@ import math
 {%- if cookiecutter.native_ops == 'yes' %}
 import os
 {%- endif %}
-from typing import ClassVar
 
+# Third Party
 import torch
 
+# Local
 from ._lmcache_compat import (
     DeviceOps,
     EngineKVFormat,
@@ -86,6 +90,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         if os.environ.get(NATIVE_ENV_VAR) == "0":
             return
         try:
+            # Local
             from . import native_ops
         except ImportError as exc:
             logger.warning(
@@ -146,7 +151,9 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         CUDA's pinned-chunk splitting and are ignored here.
         """
         if isinstance(dest, torch.Tensor) or isinstance(src, torch.Tensor):
-            torch_ops.lmcache_memcpy_async(dest, src, nbytes, direction, host_buffer_offset, host_buffer_alignments)
+            torch_ops.lmcache_memcpy_async(
+                dest, src, nbytes, direction, host_buffer_offset, host_buffer_alignments
+            )
             return
         if nbytes <= 0:
             raise ValueError(f"nbytes must be positive, got {nbytes}")
@@ -155,9 +162,15 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         elif int(direction) == int(TransferDirection.H2D):
             host_ptr, device_ptr = src, dest
         else:
-            raise ValueError(f"unsupported transfer direction {direction!r}: expected H2D or D2H")
-        device_view = self.tensor_from_ptr(device_ptr, (nbytes,), torch.uint8, torch.device(DEVICE_TYPE))
-        host_view = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(host_ptr), dtype=torch.uint8)
+            raise ValueError(
+                f"unsupported transfer direction {direction!r}: expected H2D or D2H"
+            )
+        device_view = self.tensor_from_ptr(
+            device_ptr, (nbytes,), torch.uint8, torch.device(DEVICE_TYPE)
+        )
+        host_view = torch.frombuffer(
+            (ctypes.c_uint8 * nbytes).from_address(host_ptr), dtype=torch.uint8
+        )
         if int(direction) == int(TransferDirection.D2H):
             host_view.copy_(device_view, non_blocking=True)
         else:
@@ -193,14 +206,23 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         paged: torch.Tensor | list = paged_buffer_ptrs_tensor
 {%- if cookiecutter.lmcache_driven != 'no' %}
         if lmcache_objects_ptrs and isinstance(lmcache_objects_ptrs[0], int):
+            # Local
             from ._lmcache_compat.kv_layout import paged_layers_for_baseline
 
             _announce_pointer_mode()
             objects = self._device_chunks(
-                lmcache_objects_ptrs, shape_desc, lmcache_chunk_size, engine_kv_format, torch.device(device)
+                lmcache_objects_ptrs,
+                shape_desc,
+                lmcache_chunk_size,
+                engine_kv_format,
+                torch.device(device),
             )
             paged = paged_layers_for_baseline(
-                paged_buffer_ptrs_tensor, engine_kv_format, shape_desc, torch.device(device), self.tensor_from_ptr
+                paged_buffer_ptrs_tensor,
+                engine_kv_format,
+                shape_desc,
+                torch.device(device),
+                self.tensor_from_ptr,
             )
 {%- endif %}
         torch_ops.multi_layer_block_kv_transfer(
@@ -227,20 +249,27 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         """Chunk objects at device ``addresses``, shaped as LMCache lays them out."""
         # Imported at call time: the KV-format registry imports lmcache.device_ops,
         # which is being created while this module loads.
+        # Local
         from ._lmcache_compat import infer_kv_dtype
         from ._lmcache_compat.kv_layout import chunk_object_shape
 
         shape = chunk_object_shape(engine_kv_format, shape_desc, chunk_tokens)
         dtype = infer_kv_dtype(None, None, shape_desc)
-        return [self.tensor_from_ptr(address, shape, dtype, device) for address in addresses]
+        return [
+            self.tensor_from_ptr(address, shape, dtype, device) for address in addresses
+        ]
 
-    def record_completion_on_stream(self, cuda_stream_ptr: int, kind: str, payload: bytes) -> None:
+    def record_completion_on_stream(
+        self, cuda_stream_ptr: int, kind: str, payload: bytes
+    ) -> None:
         """Publish a completion once the work queued on the stream before it has finished; returns at once.
 
         TODO(vendor): your runtime's host-function launch on the stream ``cuda_stream_ptr``
         (LMCache's CUDA op calls ``cudaLaunchHostFunc`` from C++, whose callback never takes the GIL).
         """
-        publish = functools.partial(torch_ops.record_completion_on_stream, cuda_stream_ptr, kind, payload)
+        publish = functools.partial(
+            torch_ops.record_completion_on_stream, cuda_stream_ptr, kind, payload
+        )
         getattr(torch, TORCH_MODULE_NAME).launch_host_func(cuda_stream_ptr, publish)
 
     def record_event_on_stream(
@@ -257,9 +286,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             dict(int_metadata),
         )  # fmt: skip
         getattr(torch, TORCH_MODULE_NAME).launch_host_func(cuda_stream_ptr, publish)
-
 {%- endif %}
-
 {%- if cookiecutter.lmcache_driven != 'no' %}
 
 
@@ -272,7 +299,9 @@ def _announce_pointer_mode() -> None:
 {%- endif %}
 
 
-def device_tensor(ptr: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def device_tensor(
+    ptr: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     """A contiguous tensor over {{ cookiecutter.device_name }} memory at ``ptr``; it does not own the memory.
 
     TODO(vendor): if your runtime offers its own zero-copy constructor, use it;
@@ -283,13 +312,19 @@ def device_tensor(ptr: int, shape: tuple[int, ...], dtype: torch.dtype, device: 
     if ptr == 0:
         raise ValueError("tensor_from_ptr needs a non-zero device pointer")
     if device.index is None:
-        device = torch.device(DEVICE_TYPE, getattr(torch, TORCH_MODULE_NAME).pointer_device(ptr))
+        device = torch.device(
+            DEVICE_TYPE, getattr(torch, TORCH_MODULE_NAME).pointer_device(ptr)
+        )
     nbytes = math.prod(shape) * dtype.itemsize
     try:
         storage = torch._C._construct_storage_from_data_pointer(ptr, device, nbytes)
-        return torch.empty(0, dtype=dtype, device=device).set_(storage, 0, shape, _contiguous_strides(shape))
+        return torch.empty(0, dtype=dtype, device=device).set_(
+            storage, 0, shape, _contiguous_strides(shape)
+        )
     except Exception as exc:
-        raise RuntimeError(f"cannot view {device} memory at 0x{ptr:x} as {tuple(shape)} {dtype}: {exc}") from exc
+        raise RuntimeError(
+            f"cannot view {device} memory at 0x{ptr:x} as {tuple(shape)} {dtype}: {exc}"
+        ) from exc
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -308,11 +343,19 @@ def check_one_layer_layout(paged: object) -> None:
     the wrong geometry and stored as wrong bytes (or fail deep in a kernel).
     Pointer tables (LMCache-driven) carry no shapes and pass unchecked.
     """
-    if not isinstance(paged, list) or not paged or not all(isinstance(t, torch.Tensor) for t in paged):
+    if (
+        not isinstance(paged, list)
+        or not paged
+        or not all(isinstance(t, torch.Tensor) for t in paged)
+    ):
         return
     first = paged[0]
     for index, layer in enumerate(paged):
-        if layer.shape != first.shape or layer.dtype != first.dtype or layer.device != first.device:
+        if (
+            layer.shape != first.shape
+            or layer.dtype != first.dtype
+            or layer.device != first.device
+        ):
             raise ValueError(
                 f"KV cache layers of one transfer must share shape, dtype and device: layer 0 is "
                 f"{tuple(first.shape)} {first.dtype} on {first.device}, layer {index} is "

@@ -9,8 +9,13 @@ process using LMCache's ``LMCacheMPWorkerAdapter``; lookups go through
 ranks and scheduler alive across a module's tests.
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 import json
 import queue
 import signal
@@ -18,14 +23,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from pathlib import Path
 
-import _spawn
+# Third Party
 from _servers import LMCacheServer
 from _support import HERE, child_env
 from e2e_worker import BLOCK_SIZE
+import _spawn
 
 WORKER = HERE / "e2e_worker.py"
 
@@ -73,12 +76,16 @@ class Worker:
             result = self._results.get(timeout=timeout)
         except queue.Empty:
             result = None
-            if self.process.poll() is None:  # stalled: dump its stacks into the log first
+            if (
+                self.process.poll() is None
+            ):  # stalled: dump its stacks into the log first
                 self.process.send_signal(signal.SIGUSR1)
                 time.sleep(1)
             self.process.kill()
         if result is None:
-            raise AssertionError(f"worker gave no result (exit {self.process.poll()}):\n{self.log()[-4000:]}")
+            raise AssertionError(
+                f"worker gave no result (exit {self.process.poll()}):\n{self.log()[-4000:]}"
+            )
         result["log"] = self.log()
         return result
 
@@ -89,7 +96,10 @@ class Worker:
 
     def retrieve(self, request_id: str, first_token: int | None = None) -> None:
         """Retrieve the prompt starting at ``first_token`` (default: the first one stored)."""
-        self._send(f"retrieve {request_id}" + ("" if first_token is None else f" {first_token}"))
+        self._send(
+            f"retrieve {request_id}"
+            + ("" if first_token is None else f" {first_token}")
+        )
 
     def store(self, first_token: int, tokens: int | None = None) -> None:
         """Store the prompt starting at ``first_token`` (``tokens`` long, default the worker's ``--tokens``)."""
@@ -138,10 +148,23 @@ def start_ranks(server_url: str, log_dir: Path, *, model: str, world_size: int, 
 
 @contextmanager
 def workers(
-    server_url: str, log_dir: Path, *, model: str, world_size: int, tokens: int, mode: str = "engine_driven"
+    server_url: str,
+    log_dir: Path,
+    *,
+    model: str,
+    world_size: int,
+    tokens: int,
+    mode: str = "engine_driven",
 ) -> Iterator[list[Worker]]:
     """``world_size`` worker ranks, each in its own process, always stopped afterwards."""
-    started = start_ranks(server_url, log_dir, model=model, world_size=world_size, tokens=tokens, mode=mode)
+    started = start_ranks(
+        server_url,
+        log_dir,
+        model=model,
+        world_size=world_size,
+        tokens=tokens,
+        mode=mode,
+    )
     try:
         yield started
     finally:
@@ -153,14 +176,22 @@ class Scheduler:
 
     def __init__(self, server_url: str, model: str, world_size: int, block_size: int = BLOCK_SIZE,
                  mq_timeout: float = 20.0, mla: bool = False):  # fmt: skip
+        # Third Party
         import zmq
+
+        # First Party
         from lmcache.integration.vllm.vllm_multi_process_adapter import (
             LMCacheMPSchedulerAdapter,
             ParallelStrategy,
         )
 
         strategy = ParallelStrategy(
-            mla_only=mla, vllm_world_size=world_size, vllm_worker_id=0, tp_size=world_size, pp_size=1, n_servers=1
+            mla_only=mla,
+            vllm_world_size=world_size,
+            vllm_worker_id=0,
+            tp_size=world_size,
+            pp_size=1,
+            n_servers=1,
         )
         self.adapter = LMCacheMPSchedulerAdapter(
             [server_url],
@@ -168,12 +199,19 @@ class Scheduler:
             model,
             block_size,
             strategy,
-            extra_config={"lmcache.mp.mq_timeout": mq_timeout, "lmcache.mp.heartbeat_interval": 1.0},
+            extra_config={
+                "lmcache.mp.mq_timeout": mq_timeout,
+                "lmcache.mp.heartbeat_interval": 1.0,
+            },
         )
         self.mq_timeout = mq_timeout
 
     def lookup_until(
-        self, request_prefix: str, tokens: list[int], expected: int, timeout: float = 20.0
+        self,
+        request_prefix: str,
+        tokens: list[int],
+        expected: int,
+        timeout: float = 20.0,
     ) -> tuple[str, int]:
         """Look up with fresh request ids until ``expected`` tokens hit (LMCache-driven stores commit
         asynchronously); returns the request id whose lookup holds the read locks, and the hit."""
@@ -197,7 +235,9 @@ class Scheduler:
             if hit is not None:
                 return int(hit)
             time.sleep(0.005)
-        raise AssertionError(f"lookup {request_id!r} did not finish within {self.mq_timeout}s")
+        raise AssertionError(
+            f"lookup {request_id!r} did not finish within {self.mq_timeout}s"
+        )
 
     def end_session(self, request_id: str) -> None:
         self.adapter.end_session(request_id)
@@ -236,7 +276,13 @@ class Cluster:
         self.server, self.model, self.world_size = server, model, world_size
         argv = ["--layout", layout, *worker_args]
         self.ranks = start_ranks(
-            server.url, log_dir, model=model, world_size=world_size, tokens=tokens, mode=mode, extra_args=argv
+            server.url,
+            log_dir,
+            model=model,
+            world_size=world_size,
+            tokens=tokens,
+            mode=mode,
+            extra_args=argv,
         )
         self.scheduler = Scheduler(server.url, model, world_size, mla=layout == "mla")
         self.stored = [worker.next_result() for worker in self.ranks]

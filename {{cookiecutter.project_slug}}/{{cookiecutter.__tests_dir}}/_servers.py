@@ -14,8 +14,14 @@ Nothing here fakes LMCache: servers run the installed ``lmcache`` (and, for the
 LMCache-driven kinds, this installed plugin).
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 import atexit
 import json
 import os
@@ -25,13 +31,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
 
-import _spawn
+# Third Party
 from _support import child_env
+import _spawn
 
 DEVICE = "{{ cookiecutter.device_name }}"
 #: Tokens per LMCache chunk on every server the suite starts.
@@ -67,7 +70,9 @@ def shm_entries() -> set[str]:
 
 def new_shm_entries(before: set[str]) -> list[str]:
     """/dev/shm entries created since ``before``, except the SHM pools of the suite's own servers."""
-    return sorted(name for name in shm_entries() - before if not name.startswith(SHM_POOL_PREFIX))
+    return sorted(
+        name for name in shm_entries() - before if not name.startswith(SHM_POOL_PREFIX)
+    )
 
 
 #: Servers asked to stop and not yet reaped: waited for (killed if need be) when this process exits.
@@ -100,7 +105,9 @@ class LMCacheServer:
         lazy_l1: bool = True,
         extra_args: Sequence[str] = (),
     ):
-        self.port = port or free_port()  # a given port: restart a server where workers expect it
+        self.port = (
+            port or free_port()
+        )  # a given port: restart a server where workers expect it
         self.http_port = free_port()
         self.log_path = log_path
         self.transfer_mode = transfer_mode
@@ -134,15 +141,21 @@ class LMCacheServer:
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(f"lmcache server exited with {self.process.returncode}:\n{self.log_tail()}")
+                raise AssertionError(
+                    f"lmcache server exited with {self.process.returncode}:\n{self.log_tail()}"
+                )
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/healthcheck", timeout=1) as reply:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.http_port}/healthcheck", timeout=1
+                ) as reply:
                     if reply.status == 200:
                         return
             except OSError:
                 time.sleep(0.1)
         self.stop()
-        raise AssertionError(f"lmcache server not healthy within {ready_timeout}s:\n{self.log_tail()}")
+        raise AssertionError(
+            f"lmcache server not healthy within {ready_timeout}s:\n{self.log_tail()}"
+        )
 
     def stop(self, wait: bool = True, grace: float = 30) -> None:
         """SIGINT by PID; with ``wait``, SIGKILL if it is still alive after ``grace`` seconds.
@@ -163,13 +176,17 @@ class LMCacheServer:
             self.process.wait(timeout=10)
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return (
+            self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        )
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log().splitlines()[-lines:])
 
     def status(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/status", timeout=5) as reply:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.http_port}/status", timeout=5
+        ) as reply:
             return json.loads(reply.read())
 
     def l1_status(self) -> dict:
@@ -181,7 +198,9 @@ class LMCacheServer:
 
 
 @contextmanager
-def running_server(log_path: Path, *, wait_stop: bool = False, **kwargs: Any) -> Iterator[LMCacheServer]:
+def running_server(
+    log_path: Path, *, wait_stop: bool = False, **kwargs: Any
+) -> Iterator[LMCacheServer]:
     """A server of the caller's own, asked to stop when the block ends (waiting for it with ``wait_stop``)."""
     server = LMCacheServer(log_path, **kwargs)
     server.start()

@@ -24,8 +24,13 @@ call when ``FRESH_ENV_VAR=1`` (a device runtime that cannot be forked).
 This module must not import lmcache, this plugin or torch.
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
 import atexit
 import json
 import os
@@ -35,9 +40,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import IO, Any
 
 #: Third-party modules the suite's programs import, loaded once by the zygote (absent ones are left out).
 PRELOAD = ("torch", "numpy", "zmq", "msgspec", "transformers", "fastapi", "uvicorn", "aiohttp", "httpx",
@@ -72,15 +74,37 @@ def popen(
     if fresh or not _forkable(argv, env):
         return subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, text=text,
                                 start_new_session=start_new_session)  # fmt: skip
-    return _zygote().spawn(argv, dict(env), str(cwd or os.getcwd()), stdin, stdout, stderr, text, start_new_session)
+    return _zygote().spawn(
+        argv,
+        dict(env),
+        str(cwd or os.getcwd()),
+        stdin,
+        stdout,
+        stderr,
+        text,
+        start_new_session,
+    )
 
 
 def run(
-    argv: Sequence[str], *, env: Mapping[str, str], cwd: str | Path | None = None, timeout: float, fresh: bool = False
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | Path | None = None,
+    timeout: float,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(argv, capture_output=True, text=True, timeout=...)`` through ``popen``."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, fresh=fresh)
+        process = popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            fresh=fresh,
+        )
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -99,10 +123,16 @@ def _forkable(argv: list[str], env: Mapping[str, str]) -> bool:
         return False
     if not (argv[0] == sys.executable or _is_python_script(argv[0])):
         return False
-    if argv[0] == sys.executable and (len(argv) < 2 or argv[1].startswith("-") and argv[1] not in ("-c", "-m")):
+    if argv[0] == sys.executable and (
+        len(argv) < 2 or argv[1].startswith("-") and argv[1] not in ("-c", "-m")
+    ):
         return False  # interpreter options (-X, -W, ...) need a fresh interpreter
-    zygote_env = _zygote().env  # what PRELOAD saw at import, whatever this process's environment is now
-    changed = {key for key in {*env, *zygote_env} if env.get(key) != zygote_env.get(key)}
+    zygote_env = (
+        _zygote().env
+    )  # what PRELOAD saw at import, whatever this process's environment is now
+    changed = {
+        key for key in {*env, *zygote_env} if env.get(key) != zygote_env.get(key)
+    }
     return all(key.startswith(SAFE_TO_VARY) for key in changed)
 
 
@@ -121,8 +151,20 @@ class ForkedProcess:
     The zygote is the program's parent: it reports the exit status on this
     program's own connection. Signals go to the PID directly."""
 
-    def __init__(self, args: list[str], conn: socket.socket, stdin: IO[Any] | None, stdout: IO[Any] | None) -> None:
-        self.args, self._conn, self.stdin, self.stdout, self.stderr = args, conn, stdin, stdout, None
+    def __init__(
+        self,
+        args: list[str],
+        conn: socket.socket,
+        stdin: IO[Any] | None,
+        stdout: IO[Any] | None,
+    ) -> None:
+        self.args, self._conn, self.stdin, self.stdout, self.stderr = (
+            args,
+            conn,
+            stdin,
+            stdout,
+            None,
+        )
         self.returncode: int | None = None
         self._received = b""  # kept across a timeout: a line may arrive in pieces
         self.pid = int(self._line(None))
@@ -132,7 +174,9 @@ class ForkedProcess:
         while b"\n" not in self._received:
             chunk = self._conn.recv(64)
             if not chunk:
-                raise RuntimeError(f"the test zygote went away while running {self.args}")
+                raise RuntimeError(
+                    f"the test zygote went away while running {self.args}"
+                )
             self._received += chunk
         line, self._received = self._received.split(b"\n", 1)
         return line.decode()
@@ -158,7 +202,9 @@ class ForkedProcess:
         if self.poll() is None:
             try:
                 os.kill(self.pid, sig)
-            except ProcessLookupError:  # reaped by the zygote before it reported the status: as Popen, skip
+            except (
+                ProcessLookupError
+            ):  # reaped by the zygote before it reported the status: as Popen, skip
                 pass
 
     def terminate(self) -> None:
@@ -172,26 +218,40 @@ class _Zygote:
     """The client side: starts the zygote (``python _zygote.py``) and asks it for children."""
 
     def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="lmcache-tests-zygote-")  # its log; removed when it exits
+        self.dir = tempfile.mkdtemp(
+            prefix="lmcache-tests-zygote-"
+        )  # its log; removed when it exits
         self.address = socket_address(self.dir)
         self.env = {**os.environ, **QUIET_ENV}
         zygote = str(Path(__file__).with_name("_zygote.py"))
-        env = {**self.env, **NO_AUTOLOAD}  # self.env: what the children's environments are compared with
+        env = {
+            **self.env,
+            **NO_AUTOLOAD,
+        }  # self.env: what the children's environments are compared with
         with open(os.path.join(self.dir, "log"), "wb") as log:
             self.process = subprocess.Popen([sys.executable, zygote, self.dir], stdin=subprocess.PIPE,
                                             stdout=subprocess.PIPE, stderr=log, env=env, cwd=self.dir)  # fmt: skip
         self._ready = threading.Event()
         self._lock = threading.Lock()
 
-    def spawn(self, argv, env, cwd, stdin, stdout, stderr, text, new_session) -> ForkedProcess:  # type: ignore[no-untyped-def]
+    def spawn(
+        self, argv, env, cwd, stdin, stdout, stderr, text, new_session
+    ) -> ForkedProcess:  # type: ignore[no-untyped-def]
         with self._lock:
-            if not self._ready.is_set():  # the zygote says "ready" once its imports are done
+            if (
+                not self._ready.is_set()
+            ):  # the zygote says "ready" once its imports are done
                 assert self.process.stdout is not None
                 if self.process.stdout.readline() != b"ready\n":
-                    raise RuntimeError(f"the test zygote failed to start: {Path(self.dir, 'log').read_text()}")
+                    raise RuntimeError(
+                        f"the test zygote failed to start: {Path(self.dir, 'log').read_text()}"
+                    )
                 self._ready.set()
         ends: list[IO[Any] | None] = [None, None]
-        theirs, ours = [], []  # the child's stdin, stdout, stderr; the descriptors this process opened for it
+        theirs, ours = (
+            [],
+            [],
+        )  # the child's stdin, stdout, stderr; the descriptors this process opened for it
         for i, stream in enumerate((stdin, stdout)):
             if stream == subprocess.PIPE:
                 read, write = os.pipe()
@@ -202,10 +262,14 @@ class _Zygote:
                 ours.append(child)
             else:
                 theirs.append(_fd(stream, i, ours))
-        theirs.append(theirs[1] if stderr == subprocess.STDOUT else _fd(stderr, 2, ours))
+        theirs.append(
+            theirs[1] if stderr == subprocess.STDOUT else _fd(stderr, 2, ours)
+        )
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.address)
-        request = json.dumps({"argv": argv, "env": env, "cwd": cwd, "new_session": new_session}).encode()
+        request = json.dumps(
+            {"argv": argv, "env": env, "cwd": cwd, "new_session": new_session}
+        ).encode()
         socket.send_fds(conn, [len(request).to_bytes(8, "big") + request], theirs)
         for fd in ours:
             os.close(fd)

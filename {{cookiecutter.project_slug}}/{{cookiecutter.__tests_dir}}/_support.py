@@ -7,19 +7,22 @@ import the installed ``lmcache`` and this installed plugin themselves. The real
 the end-to-end tests in ``_engine.py``.
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 import os
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
 
+# Third Party
 import _spawn
 import torch
 
@@ -38,7 +41,11 @@ def child_env(overrides: Mapping[str, str | None] = ()) -> dict[str, str]:
 
 
 def run_python(
-    code: str, env: Mapping[str, str | None] = (), timeout: float = 120, *, fresh: bool = False
+    code: str,
+    env: Mapping[str, str | None] = (),
+    timeout: float = 120,
+    *,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a new process (LMCache caches its registry per process), forked from the suite's
     zygote unless ``fresh`` (tests of what a new interpreter imports; see _spawn.py)."""
@@ -47,9 +54,12 @@ def run_python(
                       fresh=fresh)  # fmt: skip
 
 
-def gather_to_cpu(kv: dict[str, torch.Tensor], *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+def gather_to_cpu(
+    kv: dict[str, torch.Tensor], *args: Any, **kwargs: Any
+) -> list[torch.Tensor]:
     """LMCache's ``gather_paged_kv_to_cpu``, then a synchronization of the KV caches' device: its copies
     into the CPU chunks may still run when it returns (its docstring leaves synchronizing to the caller)."""
+    # First Party
     from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu
 
     chunks = gather_paged_kv_to_cpu(kv, *args, **kwargs)
@@ -83,11 +93,14 @@ class Hold:
 def held(stream: Any, timeout: float = 5) -> Iterator[Hold]:
     """``stream`` blocked behind a host function until the block ends (or ``timeout``): work queued on it
     meanwhile has not run, deterministically. Skips the test on a runtime without ``launch_host_func``."""
+    # Third Party
     import pytest
 
     launch = getattr(getattr(torch, stream.device.type), "launch_host_func", None)
     if launch is None:
-        pytest.skip(f"torch.{stream.device.type} has no launch_host_func to hold a stream with")
+        pytest.skip(
+            f"torch.{stream.device.type} has no launch_host_func to hold a stream with"
+        )
     gate = threading.Event()
     launch(stream, lambda: gate.wait(timeout))
     try:
@@ -110,11 +123,18 @@ KV_LAYOUTS: dict[str, tuple[tuple[int, ...], dict[str, str]]] = {
 
 
 def seeded_kv(
-    shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float16, layers: int = LAYERS, device: str = "cpu"
+    shape: tuple[int, ...],
+    seed: int,
+    dtype: torch.dtype = torch.float16,
+    layers: int = LAYERS,
+    device: str = "cpu",
 ) -> dict[str, torch.Tensor]:
     """Per-layer KV tensors of random values, a pure function of the arguments."""
     generator = torch.Generator().manual_seed(seed)
-    return {f"layer.{i}": torch.randn(shape, generator=generator).to(dtype).to(device) for i in range(layers)}
+    return {
+        f"layer.{i}": torch.randn(shape, generator=generator).to(dtype).to(device)
+        for i in range(layers)
+    }
 
 
 def same_bytes(a: Any, b: Any) -> bool:
@@ -123,13 +143,17 @@ def same_bytes(a: Any, b: Any) -> bool:
     return bool(a.shape == b.shape and torch.equal(*as_bytes))
 
 
-def fake_plugin(root: Path, dist: str, entry_point: str, module: str, source: str) -> Path:
+def fake_plugin(
+    root: Path, dist: str, entry_point: str, module: str, source: str
+) -> Path:
     """Install a one-module distribution with one ``{{ cookiecutter._entry_point_group }}`` entry point
     into ``root`` (put ``root`` on ``PYTHONPATH``), as LMCache's own registry tests fake plugins."""
     (root / f"{module}.py").write_text(textwrap.dedent(source))
     info = root / f"{dist}-0.0.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0\n")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0\n"
+    )
     (info / "entry_points.txt").write_text(f"[{{ cookiecutter._entry_point_group }}]\n{entry_point}\n")
     return root
 
@@ -159,6 +183,9 @@ def baseline_loaded_cuda_runtime() -> bool:
     that this plugin's overrides never get there. Where the baseline keeps its
     copy library differs by release: ``_lmcache_compat`` knows.
     """
+    # First Party
     from {{ cookiecutter.__package }}._lmcache_compat import baseline_copy_module
 
-    return baseline_copy_module._copy_lib is not baseline_copy_module._copy_lib_NOT_LOADED
+    return (
+        baseline_copy_module._copy_lib is not baseline_copy_module._copy_lib_NOT_LOADED
+    )

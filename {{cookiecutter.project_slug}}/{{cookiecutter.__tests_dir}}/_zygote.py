@@ -10,8 +10,12 @@ exits when the suite closes its stdin and its children are gone (killing them
 after 60 s), and never imports lmcache, this plugin or a device extension.
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
+from pathlib import Path
+from typing import Any
 import json
 import os
 import selectors
@@ -20,15 +24,15 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
+# Third Party
 from _spawn import PRELOAD, socket_address
 
 
 def _serve(address: str) -> dict[str, Any] | None:
     """Import ``PRELOAD``, then fork a child per request until the suite's end of our stdin and our
     children are gone. Returns only in a child: its request, with the child's streams in place."""
+    # Standard
     import importlib
 
     for name in PRELOAD:
@@ -44,7 +48,9 @@ def _serve(address: str) -> dict[str, Any] | None:
         os.set_blocking(fd, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the suite's to handle: it stops its programs
+    signal.signal(
+        signal.SIGINT, signal.SIG_IGN
+    )  # Ctrl-C is the suite's to handle: it stops its programs
     events = selectors.DefaultSelector()
     events.register(listener, selectors.EVENT_READ, "request")
     events.register(wake_read, selectors.EVENT_READ, "exited")
@@ -53,7 +59,11 @@ def _serve(address: str) -> dict[str, Any] | None:
     suite_gone_at: float | None = None
     print("ready", flush=True)
     while suite_gone_at is None or children:
-        timeout = None if suite_gone_at is None else max(0.0, suite_gone_at + 60 - time.monotonic())
+        timeout = (
+            None
+            if suite_gone_at is None
+            else max(0.0, suite_gone_at + 60 - time.monotonic())
+        )
         if timeout == 0:
             for pid in children:
                 os.kill(pid, signal.SIGKILL)
@@ -69,7 +79,9 @@ def _serve(address: str) -> dict[str, Any] | None:
                 conn, _ = listener.accept()
                 request, fds = _receive(conn)
                 pid = os.fork()
-                if pid == 0:  # the child: nothing of the zygote's stays open, the request's streams are 0, 1, 2
+                if (
+                    pid == 0
+                ):  # the child: nothing of the zygote's stays open, the request's streams are 0, 1, 2
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -116,6 +128,7 @@ def _reap(children: dict[int, socket.socket]) -> None:
 def _autoload_device_backends() -> None:
     """What ``import torch`` does last and the zygote skipped (``NO_AUTOLOAD``): call each ``torch.backends``
     entry point (a vendor's extension, or the CPU emulator, which reads its variables now)."""
+    # Standard
     from importlib.metadata import entry_points
 
     for entry_point in entry_points(group="torch.backends"):
@@ -124,6 +137,7 @@ def _autoload_device_backends() -> None:
 
 def _run(request: dict[str, Any], base_path: list[str]) -> None:
     """In the child: become the program ``python <argv>`` would run, and run it."""
+    # Standard
     import importlib
     import runpy
     import types
@@ -133,15 +147,25 @@ def _run(request: dict[str, Any], base_path: list[str]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    argv = request["argv"][1:] if request["argv"][0] == sys.executable else request["argv"]
-    if argv[0] in ("-c", "-m"):  # sys.path[0] as python sets it: "" for -c, the working directory for -m
+    argv = (
+        request["argv"][1:] if request["argv"][0] == sys.executable else request["argv"]
+    )
+    if argv[0] in (
+        "-c",
+        "-m",
+    ):  # sys.path[0] as python sets it: "" for -c, the working directory for -m
         first = "" if argv[0] == "-c" else os.getcwd()
     else:  # a script: its own directory
         first = os.path.dirname(os.path.realpath(argv[0]))
-    extra = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    extra = [
+        entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry
+    ]
     sys.path[:] = [first, *extra, *base_path]
     importlib.invalidate_caches()
-    if "torch" in sys.modules and os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") == "1":
+    if (
+        "torch" in sys.modules
+        and os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD", "1") == "1"
+    ):
         _autoload_device_backends()
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
@@ -150,17 +174,25 @@ def _run(request: dict[str, Any], base_path: list[str]) -> None:
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         return
     sys.argv = ["-c", *argv[2:]] if argv[0] == "-c" else argv
-    source, filename = (argv[1], "<string>") if argv[0] == "-c" else (Path(argv[0]).read_bytes(), argv[0])
+    source, filename = (
+        (argv[1], "<string>")
+        if argv[0] == "-c"
+        else (Path(argv[0]).read_bytes(), argv[0])
+    )
     if argv[0] != "-c":
         main.__file__ = argv[0]
     exec(compile(source, filename, "exec"), main.__dict__)  # noqa: S102 - the program, as python runs it
 
 
 if __name__ == "__main__":
-    _suite_path = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    _suite_path = [
+        entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry
+    ]
     _base_path = [entry for entry in sys.path[1:] if entry not in _suite_path]
     _request = _serve(socket_address(sys.argv[1]))
-    if _request is None:  # the suite and every child are gone: so is the zygote's directory
+    if (
+        _request is None
+    ):  # the suite and every child are gone: so is the zygote's directory
         shutil.rmtree(sys.argv[1], ignore_errors=True)
     else:
         _run(_request, _base_path)

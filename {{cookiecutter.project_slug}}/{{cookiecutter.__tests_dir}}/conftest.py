@@ -19,24 +19,30 @@ one is skipped with the reason; the tests marked ``without_device`` still run.
 """
 {%- endif %}
 
+# Future
 from __future__ import annotations
 
+# Standard
+from importlib.util import find_spec
 import os
 {%- if cookiecutter.emulator == 'yes' %}
 import sys
 {%- endif %}
-from importlib.util import find_spec
 {%- if cookiecutter.emulator == 'no' %}
 
 
 def _device_present() -> bool:
-    """Whether torch.{{ cookiecutter.__torch_module_name }} works here, checked without importing LMCache."""
+    """Whether torch.{{ cookiecutter.__torch_module_name }} works here, checked without importing
+    LMCache."""
     try:
+        # Standard
         import importlib
 
+        # Third Party
         import torch
 
-        module = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)  # an extension torch autoloads
+        # an extension torch autoloads
+        module = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)
         if module is None and "{{ cookiecutter.torch_extension_module }}":
             importlib.import_module("{{ cookiecutter.torch_extension_module }}")
             module = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)
@@ -55,20 +61,26 @@ os.environ.setdefault("LMCACHE_DEVICE_BACKEND", "{{ cookiecutter.backend_name }}
 if os.environ["{{ cookiecutter.__emulator_env_var }}"] == "1":
     if find_spec("{{ cookiecutter.__emulator_package }}") is None:
         raise ImportError(
-            "{{ cookiecutter.__emulator_env_var }}=1 but the CPU emulator is not installed: "
-            "pip install ./{{ cookiecutter.__emulator_dir }} "
-            "(or set {{ cookiecutter.__emulator_env_var }}=0 on a {{ cookiecutter.device_name }} host)"
+            "{{ cookiecutter.__emulator_env_var }}=1 but the CPU emulator is not "
+            "installed: pip install ./{{ cookiecutter.__emulator_dir }} (or set "
+            "{{ cookiecutter.__emulator_env_var }}=0 on a {{ cookiecutter.device_name }} host)"
         )
-    if "torch" in sys.modules:  # imported before this file set the variable: torch's autoloading has run
+    # imported before this file set the variable: torch's autoloading has run
+    if "torch" in sys.modules:
+        # Third Party
         import {{ cookiecutter.__emulator_package }}
 
         {{ cookiecutter.__emulator_package }}.load()
 {%- endif %}
-from _spawn import QUIET_ENV  # noqa: E402 - imports nothing heavier than the standard library
+
+# Imports nothing heavier than the standard library.
+# Third Party
+from _spawn import QUIET_ENV  # noqa: E402
 
 for _key, _value in QUIET_ENV.items():
     os.environ.setdefault(_key, _value)
 
+# Standard
 from importlib import metadata  # noqa: E402
 
 
@@ -84,7 +96,8 @@ def pytest_report_header() -> list[str]:
 {%- if cookiecutter.ownership == 'in_tree' %}
         f"{{ cookiecutter.__package }} (in-tree) from {origin}",
 {%- else %}
-        f"{{ cookiecutter.__package }} {metadata.version('{{ cookiecutter.project_slug }}')} from {origin}",
+        f"{{ cookiecutter.__package }} {metadata.version('{{ cookiecutter.project_slug }}')} "
+        f"from {origin}",
 {%- endif %}
         f"lmcache {metadata.version('lmcache')}, torch {metadata.version('torch')}",
 {%- if cookiecutter.emulator == 'yes' %}
@@ -95,44 +108,64 @@ def pytest_report_header() -> list[str]:
     ]
 
 
+# Third Party
 import pytest  # noqa: E402
+
+#: The markers this suite uses, with what they mean.
+MARKERS = (
+    "without_device: runs on hosts without a {{ cookiecutter.device_name }} device",
+    "xdist_group(name): pytest-xdist runs a group's tests on one worker",
+    "own_server: starts (and breaks) a server of its own; scheduled first",
+{%- if cookiecutter.ownership == 'in_tree' %}
+    "e2e: drives a real `lmcache server` on 127.0.0.1",
+{%- endif %}
+)
 
 
 def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
-    config.addinivalue_line("markers", "without_device: runs on hosts without a {{ cookiecutter.device_name }} device")
-    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs a group's tests on one worker")
-    config.addinivalue_line("markers", "own_server: starts (and breaks) a server of its own; scheduled first")
-{%- if cookiecutter.ownership == 'in_tree' %}
-    config.addinivalue_line("markers", "e2e: drives a real `lmcache server` on 127.0.0.1")
-{%- endif %}
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
 
 
 def _param(item, name: str) -> object:  # type: ignore[no-untyped-def]
     return item.callspec.params.get(name) if hasattr(item, "callspec") else None
 
 
+def _schedule_key(item) -> tuple[bool, str, str, int]:  # type: ignore[no-untyped-def]
+    """Own servers first, then by shared server, module and TP size."""
+    return (
+        item.get_closest_marker("own_server") is None,
+        str(_param(item, "server") or ""),
+        item.path.name,
+        int(_param(item, "world_size") or 0),  # type: ignore[call-overload]
+    )
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """Tests on one shared server run on one xdist worker (``--dist loadgroup``), so it starts once;
-    tests with a server of their own, the longest, are handed out first; after pytest's own
-    reordering, each (server, module, TP size) runs contiguously, so module-scoped worker ranks
-    start once per combination (pytest alone interleaves TP sizes and restarts them).
+    """Tests on one shared server run on one xdist worker (``--dist loadgroup``), so it
+        starts once; tests with a server of their own, the longest, are handed out first;
+        after pytest's own reordering, each (server, module, TP size) runs contiguously, so
+        module-scoped worker ranks start once per combination (pytest alone interleaves TP
+        sizes and restarts them).
 {%- if cookiecutter.emulator == 'no' %}
 
-    Without a device (no emulator rendered), skip what needs one before any fixture starts.
+        Without a device (no emulator rendered), skip what needs one before any fixture
+        starts.
 {%- endif %}
     """
-    for item in items:  # before the other hooks: pytest-xdist reads the groups
+    # before the other hooks: pytest-xdist reads the groups
+    for item in items:
         if kind := _param(item, "server"):
             item.add_marker(pytest.mark.xdist_group(kind))
     result = yield
-    items.sort(key=lambda item: (item.get_closest_marker("own_server") is None, str(_param(item, "server") or ""),
-                                 item.path.name, int(_param(item, "world_size") or 0)))  # fmt: skip
+    items.sort(key=_schedule_key)
 {%- if cookiecutter.emulator == 'no' %}
     if DEVICE_PRESENT:
         return result
     skip = pytest.mark.skip(
-        reason="no {{ cookiecutter.device_name }} device here: install {{ cookiecutter.torch_extension_module or 'torch with ' ~ cookiecutter.device_name ~ ' support' }} "
+        reason="no {{ cookiecutter.device_name }} device here: install "
+        "{{ cookiecutter.torch_extension_module or 'torch with ' ~ cookiecutter.device_name ~ ' support' }} "
         "on a host with the device (or render with emulator=yes to test on CPU)"
     )
     for item in items:
@@ -145,6 +178,7 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
 @pytest.fixture(scope="session")
 def spec():  # type: ignore[no-untyped-def]
     """The DeviceSpec LMCache registered for this backend (in this process's registry)."""
+    # First Party
     from lmcache.v1.platform import get_device_spec
 
     found = get_device_spec("{{ cookiecutter.device_name }}")
@@ -156,13 +190,16 @@ def spec():  # type: ignore[no-untyped-def]
 def lmcache_driven(spec):  # type: ignore[no-untyped-def]
     """Skip unless the spec declares LMCache-driven transfer (IPC wrapper, events, cache context)."""
     if not spec.is_lmcache_driven_available() or spec.ipc_wrapper_cls is None:
-        pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer (engine-driven only)")
+        pytest.skip(
+            f"{type(spec).__name__} does not offer LMCache-driven transfer (engine-driven only)"
+        )
     return spec
 
 
 @pytest.fixture(scope="session")
 def servers(tmp_path_factory):  # type: ignore[no-untyped-def]
     """The servers this run shares, one per kind, started on first use (see _servers.py)."""
+    # Third Party
     from _servers import SharedServers
 
     pool = SharedServers(tmp_path_factory.mktemp("servers"))
@@ -173,6 +210,7 @@ def servers(tmp_path_factory):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def server(request, servers, spec):  # type: ignore[no-untyped-def]
     """The shared server of the kind a test names: ``@pytest.mark.parametrize("server", [kind], indirect=True)``."""
+    # Third Party
     from _servers import SERVER_KINDS
 
     kind = request.param
@@ -187,7 +225,16 @@ def record_transfer_times(record_property):  # type: ignore[no-untyped-def]
 
     def record(label: str, results: list[dict], world_size: int) -> None:
         for result in results:
-            record_property("transfer_ms", [label, result["phase"], result["rank"], result["elapsed_ms"], world_size])
+            record_property(
+                "transfer_ms",
+                [
+                    label,
+                    result["phase"],
+                    result["rank"],
+                    result["elapsed_ms"],
+                    world_size,
+                ],
+            )
 
     return record
 
@@ -198,7 +245,11 @@ TRANSFER_TIMES: list[tuple[str, str, int, float, int]] = []
 
 def pytest_runtest_logreport(report) -> None:  # type: ignore[no-untyped-def]
     if report.when == "call":
-        TRANSFER_TIMES.extend(tuple(value) for name, value in report.user_properties if name == "transfer_ms")
+        TRANSFER_TIMES.extend(
+            tuple(value)
+            for name, value in report.user_properties
+            if name == "transfer_ms"
+        )
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
@@ -207,11 +258,15 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         return
     terminalreporter.section("E2E transfer times (worker-side submit to result, ms)")
     for path, phase, rank, ms, world_size in sorted(TRANSFER_TIMES):
-        terminalreporter.write_line(f"{path:<38} tp{world_size} rank{rank} {phase:<8} {ms:8.1f}")
+        terminalreporter.write_line(
+            f"{path:<38} tp{world_size} rank{rank} {phase:<8} {ms:8.1f}"
+        )
 
 
 def device_runtime():  # type: ignore[no-untyped-def]
-    """``torch.{{ cookiecutter.__torch_module_name }}``, the runtime these tests drive, once loaded (else None)."""
+    """``torch.{{ cookiecutter.__torch_module_name }}``, the runtime these tests drive, once loaded
+    (else None)."""
+    # Third Party
     import torch
 
     return getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)

@@ -20,8 +20,11 @@ Protocol (one JSON line per step on stdout; logs go to stderr):
   stdin EOF    unregister both caches and exit.
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
+from typing import Any
 import argparse
 import faulthandler
 import json
@@ -30,8 +33,8 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any
 
+# Third Party
 import torch
 
 BLOCK_SIZE = 16
@@ -48,11 +51,19 @@ def token_ids(tokens: int, first: int = 7) -> list[int]:
 
 
 def kv_shape(
-    layers: int, blocks: int, heads: int = NUM_HEADS, head_size: int = HEAD_SIZE, layout: str = "flash"
+    layers: int,
+    blocks: int,
+    heads: int = NUM_HEADS,
+    head_size: int = HEAD_SIZE,
+    layout: str = "flash",
 ) -> dict[str, tuple[int, ...]]:
     """vLLM's layouts: flash attention (2, blocks, block_size, heads, head_size) per layer, or MLA's
     one latent vector per token (blocks, block_size, head_size)."""
-    shape = (blocks, BLOCK_SIZE, head_size) if layout == "mla" else (2, blocks, BLOCK_SIZE, heads, head_size)
+    shape = (
+        (blocks, BLOCK_SIZE, head_size)
+        if layout == "mla"
+        else (2, blocks, BLOCK_SIZE, heads, head_size)
+    )
     return {f"layer.{i}": shape for i in range(layers)}
 
 
@@ -67,7 +78,11 @@ def engine_groups(layers: int, windows: list[int]) -> list[list[int]]:
 
 
 def compare(
-    target: torch.Tensor, stored: torch.Tensor, target_blocks: list[int], source_blocks: list[int], layout: str
+    target: torch.Tensor,
+    stored: torch.Tensor,
+    target_blocks: list[int],
+    source_blocks: list[int],
+    layout: str,
 ) -> tuple[list[int], bool]:
     """Positions ``i`` where ``target`` block ``target_blocks[i]`` holds ``stored`` block ``source_blocks[i]``
     byte for byte, and whether any other byte of ``target`` (zeroed before the retrieve) is not zero."""
@@ -83,7 +98,12 @@ def compare(
 
 
 def source_kv(
-    layers: int, blocks: int, seed: int, heads: int = NUM_HEADS, head_size: int = HEAD_SIZE, layout: str = "flash"
+    layers: int,
+    blocks: int,
+    seed: int,
+    heads: int = NUM_HEADS,
+    head_size: int = HEAD_SIZE,
+    layout: str = "flash",
 ) -> dict[str, torch.Tensor]:
     """The bytes a rank stores: a pure function of (shape, seed), on the CPU."""
     generator = torch.Generator().manual_seed(seed)
@@ -95,8 +115,14 @@ def source_kv(
 
 def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
     """A registered ``LMCacheMPWorkerAdapter`` for this rank, engine-driven, short timeouts."""
+    # Third Party
     import zmq
-    from lmcache.integration.vllm.vllm_multi_process_adapter import LMCacheMPWorkerAdapter, ParallelStrategy
+
+    # First Party
+    from lmcache.integration.vllm.vllm_multi_process_adapter import (
+        LMCacheMPWorkerAdapter,
+        ParallelStrategy,
+    )
 
     # after import lmcache
     from {{ cookiecutter.__package }}._lmcache_compat import register_kv_caches
@@ -122,12 +148,20 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
         },
     )
     infos = []
-    if len(args.sw_windows) > 1:  # a hybrid model: one engine group (block-id space) per window
+    if (
+        len(args.sw_windows) > 1
+    ):  # a hybrid model: one engine group (block-id space) per window
+        # First Party
         from lmcache.v1.multiprocess.group_view import EngineGroupInfo
 
         layers = engine_groups(args.layers, args.sw_windows)
         infos = [
-            EngineGroupInfo(group, tuple(layers[group]), tokens_per_block=BLOCK_SIZE, sw_size_tokens=window)
+            EngineGroupInfo(
+                group,
+                tuple(layers[group]),
+                tokens_per_block=BLOCK_SIZE,
+                sw_size_tokens=window,
+            )
             for group, window in enumerate(args.sw_windows)
         ]
     register_kv_caches(adapter, kv, infos)
@@ -148,11 +182,21 @@ def main() -> int:
     parser.add_argument("--model", default="e2e-model")
     parser.add_argument("--device", default="{{ cookiecutter.device_name }}")
     parser.add_argument("--mq-timeout", type=float, default=20.0)
-    parser.add_argument("--mode", default="engine_driven", choices=["engine_driven", "lmcache_driven", "auto"])
+    parser.add_argument(
+        "--mode",
+        default="engine_driven",
+        choices=["engine_driven", "lmcache_driven", "auto"],
+    )
     parser.add_argument("--heads", type=int, default=NUM_HEADS)
-    parser.add_argument("--head-size", type=int, help=f"default {HEAD_SIZE}; {MLA_HEAD_SIZE} with --layout mla")
+    parser.add_argument(
+        "--head-size",
+        type=int,
+        help=f"default {HEAD_SIZE}; {MLA_HEAD_SIZE} with --layout mla",
+    )
     parser.add_argument("--layout", default="flash", choices=["flash", "mla"])
-    parser.add_argument("--first-token", type=int, default=7, help="distinct prompts for repeated runs")
+    parser.add_argument(
+        "--first-token", type=int, default=7, help="distinct prompts for repeated runs"
+    )
     parser.add_argument(
         "--sw-windows",
         type=lambda text: [int(window) for window in text.split(",")],
@@ -161,35 +205,52 @@ def main() -> int:
         "more than one: a hybrid model, layer i in group i %% entries, LMCache-driven only",
     )
     args = parser.parse_args()
-    args.head_size = args.head_size or (MLA_HEAD_SIZE if args.layout == "mla" else HEAD_SIZE)
+    args.head_size = args.head_size or (
+        MLA_HEAD_SIZE if args.layout == "mla" else HEAD_SIZE
+    )
     # The test sends SIGUSR1 before killing a stalled worker: the stacks land in its log.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
-    import lmcache  # noqa: F401 - selects the backend (creates torch.<device>)
+    # First Party
     from lmcache.integration.vllm.vllm_multi_process_adapter import LoadStoreOp
+    import lmcache  # noqa: F401 - selects the backend (creates torch.<device>)
 
     torch.set_num_threads(1)
     used_blocks = args.tokens // BLOCK_SIZE
     num_blocks = 2 * used_blocks + 2
     device = torch.device(args.device, args.rank % max(1, _device_count(args.device)))
-    getattr(torch, device.type).set_device(device)  # as a vLLM worker does: LMCache uses the current device
+    getattr(torch, device.type).set_device(
+        device
+    )  # as a vLLM worker does: LMCache uses the current device
 
     def kv_for(first_token: int) -> dict[str, torch.Tensor]:
         """The KV bytes stored under the prompt starting at ``first_token`` (CPU, recomputed on demand)."""
         seed = 1000 + args.rank + 7919 * (first_token - args.first_token)
-        return source_kv(args.layers, num_blocks, seed, args.heads, args.head_size, args.layout)
+        return source_kv(
+            args.layers, num_blocks, seed, args.heads, args.head_size, args.layout
+        )
 
     expected = kv_for(args.first_token)
     # Source worker: seeded KV in blocks [g, g + used_blocks) of engine group g (its own block ids).
     groups = engine_groups(args.layers, args.sw_windows)
-    group_of = {f"layer.{layer}": group for group, layers in enumerate(groups) for layer in layers}
-    source_blocks = [[g + block for block in range(used_blocks)] for g in range(len(groups))]
+    group_of = {
+        f"layer.{layer}": group
+        for group, layers in enumerate(groups)
+        for layer in layers
+    }
+    source_blocks = [
+        [g + block for block in range(used_blocks)] for g in range(len(groups))
+    ]
     source_kv_device = {name: t.to(device) for name, t in expected.items()}
     source = make_adapter(args, source_kv_device)
-    from {{ cookiecutter.__package }}._lmcache_compat import recorded_event  # after lmcache
+    # First Party
+    # after lmcache
+    from {{ cookiecutter.__package }}._lmcache_compat import recorded_event
 
     def store(first_token: int, tokens: int = args.tokens) -> None:
-        if first_token != args.first_token:  # the registered tensors stay; their bytes change
+        if (
+            first_token != args.first_token
+        ):  # the registered tensors stay; their bytes change
             for name, values in kv_for(first_token).items():
                 source_kv_device[name].copy_(values)
         prompt = token_ids(tokens, first_token)
@@ -201,7 +262,9 @@ def main() -> int:
         started = time.perf_counter()
         error = ""
         try:  # a dead or silent server must end in a reported failure, not a crashed worker
-            source.submit_store_request(store_id, op, recorded_event(source, device.type))
+            source.submit_store_request(
+                store_id, op, recorded_event(source, device.type)
+            )
             ok = bool(source.store_futures[store_id].result(timeout=args.mq_timeout))
         except Exception as exc:  # noqa: BLE001 - reported to the test
             ok, error = False, f"{type(exc).__name__}: {exc}"
@@ -218,7 +281,10 @@ def main() -> int:
     # Destination worker: a second engine instance with all-zero KV caches.
     # Both stay registered, as live vLLM workers are, so the scheduler's
     # lookups find this model's layout on the server.
-    target = {name: torch.zeros(t.shape, dtype=DTYPE, device=device) for name, t in expected.items()}
+    target = {
+        name: torch.zeros(t.shape, dtype=DTYPE, device=device)
+        for name, t in expected.items()
+    }
     destination = make_adapter(args, target)
     # LMCache starts an adapter's heartbeat (which re-registers its caches after a server
     # restart) at its first store; vLLM's one adapter per worker stores early. This
@@ -226,29 +292,42 @@ def main() -> int:
     getattr(destination, "_ensure_heartbeat_started", lambda: None)()
     # Reversed and disjoint from the stored range: retrieval must not depend
     # on block positions.
-    target_blocks = [list(range(num_blocks - 1 - g, num_blocks - 1 - g - used_blocks, -1)) for g in range(len(groups))]
+    target_blocks = [
+        list(range(num_blocks - 1 - g, num_blocks - 1 - g - used_blocks, -1))
+        for g in range(len(groups))
+    ]
 
     def retrieve(request_id: str, first_token: int) -> None:
         for t in target.values():
             t.zero_()
         prompt = token_ids(args.tokens, first_token)
-        op = LoadStoreOp(token_ids=prompt, block_ids=target_blocks, start=0, end=args.tokens)
+        op = LoadStoreOp(
+            token_ids=prompt, block_ids=target_blocks, start=0, end=args.tokens
+        )
         started = time.perf_counter()
         error = ""
         try:
-            destination.submit_retrieve_request(request_id, op, recorded_event(destination, device.type))
+            destination.submit_retrieve_request(
+                request_id, op, recorded_event(destination, device.type)
+            )
             future, _ = destination.retrieve_futures[request_id]
             ok = bool(future.result(timeout=args.mq_timeout))
         except Exception as exc:  # noqa: BLE001 - reported to the test
             ok, error = False, f"{type(exc).__name__}: {exc}"
-        getattr(torch, device.type).synchronize(device)  # the rank's device, not the current one
+        getattr(torch, device.type).synchronize(
+            device
+        )  # the rank's device, not the current one
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
         stored = kv_for(first_token)
         restored, stray = {}, []
         for name, values in stored.items():
             group = group_of[name]
             restored[name], written_elsewhere = compare(
-                target[name], values, target_blocks[group], source_blocks[group], args.layout
+                target[name],
+                values,
+                target_blocks[group],
+                source_blocks[group],
+                args.layout,
             )
             if written_elsewhere:
                 stray.append(name)
@@ -257,7 +336,8 @@ def main() -> int:
             rank=args.rank,
             ok=ok,
             error=error,
-            bytes_match=not stray and all(len(p) == used_blocks for p in restored.values()),
+            bytes_match=not stray
+            and all(len(p) == used_blocks for p in restored.values()),
             restored=restored,
             stray=stray,
             kv_device_type=next(iter(target.values())).device.type,
@@ -271,7 +351,9 @@ def main() -> int:
         if command == "store":  # store <first token> [tokens]: another prompt
             store(*(int(operand) for operand in operands))
         elif command == "retrieve":  # retrieve <request id> [first token]
-            retrieve(operands[0], int(operands[1]) if len(operands) > 1 else args.first_token)
+            retrieve(
+                operands[0], int(operands[1]) if len(operands) > 1 else args.first_token
+            )
         else:
             break
     # Both instances unregister at once: each waits up to a heartbeat interval for its thread to stop.

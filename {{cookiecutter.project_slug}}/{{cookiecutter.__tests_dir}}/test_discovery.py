@@ -6,15 +6,18 @@ every case runs in a fresh interpreter with its own environment; cases that
 need the same environment read one probe of it.
 """
 
+# Future
 from __future__ import annotations
 
-import json
-import textwrap
+# Standard
 from collections.abc import Mapping
 from importlib import metadata
+import json
+import textwrap
 
-import pytest
+# Third Party
 from _support import run_python
+import pytest
 
 BACKEND = "{{ cookiecutter.backend_name }}"
 DEVICE = "{{ cookiecutter.device_name }}"
@@ -76,7 +79,9 @@ def probe(env: Mapping[str, str | None]) -> tuple[dict, str]:
 
 {% if cookiecutter.ownership == 'in_tree' -%}
 @pytest.mark.without_device
-def test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an_entry_point() -> None:
+def test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an_entry_point() -> (
+    None
+):
     """LMCache's scan of lmcache.v1.platform.devices finds the spec in ``__init__.py``; no entry point is used."""
     done = run_python(
         "import json, lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY as r; "
@@ -87,12 +92,20 @@ def test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an
     found = json.loads(done.stdout.splitlines()[-1])
     assert found == [PACKAGE, "{{ cookiecutter.class_prefix }}DeviceSpec"], done.stderr[-3000:]
     group = metadata.entry_points(group="{{ cookiecutter._entry_point_group }}")
-    assert not [ep for ep in group if ep.name == BACKEND or ep.value.startswith(PACKAGE)]
+    assert not [
+        ep for ep in group if ep.name == BACKEND or ep.value.startswith(PACKAGE)
+    ]
 {%- else -%}
 @pytest.mark.without_device
-def test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec_class() -> None:
+def test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec_class() -> (
+    None
+):
     """The wheel declares exactly one entry point, in LMCache's group, named backend_name."""
-    ours = [ep for ep in metadata.entry_points(group="{{ cookiecutter._entry_point_group }}") if ep.value.startswith(PACKAGE + ".")]
+    ours = [
+        ep
+        for ep in metadata.entry_points(group="{{ cookiecutter._entry_point_group }}")
+        if ep.value.startswith(PACKAGE + ".")
+    ]
     assert [(ep.name, ep.value) for ep in ours] == [(BACKEND, SPEC_PATH)]
     assert ours[0].dist is not None and ours[0].dist.name == "{{ cookiecutter.project_slug }}"
 
@@ -107,7 +120,9 @@ def test_entry_point_group_is_the_one_lmcache_scans() -> None:
 
 def test_lmcache_device_backend_selects_the_plugin_and_its_ops() -> None:
     """LMCACHE_DEVICE_BACKEND=<backend> binds our spec, our device type and our ops."""
-    result, log = probe({"LMCACHE_DEVICE_BACKEND": BACKEND, "DEVICE_TYPE": None, EMULATOR: "1"})
+    result, log = probe(
+        {"LMCACHE_DEVICE_BACKEND": BACKEND, "DEVICE_TYPE": None, EMULATOR: "1"}
+    )
     assert result["torch_device_type"] == DEVICE
     assert f"torch_device_type={DEVICE}" in log
     assert result["device_ops"] == OUR_OPS
@@ -117,7 +132,9 @@ def test_lmcache_device_backend_selects_the_plugin_and_its_ops() -> None:
 
 def test_device_type_selects_the_plugin_without_a_backend_name() -> None:
     """DEVICE_TYPE=<device> alone picks our backend, the only available one of that type."""
-    result, log = probe({"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": DEVICE, EMULATOR: "1"})
+    result, log = probe(
+        {"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": DEVICE, EMULATOR: "1"}
+    )
     assert result["torch_device_type"] == DEVICE
     assert f"torch_device_type={DEVICE}" in log
     assert result["resolved_ops"] == OUR_OPS
@@ -125,7 +142,9 @@ def test_device_type_selects_the_plugin_without_a_backend_name() -> None:
 
 def test_auto_detection_selects_the_plugin_when_its_device_is_available() -> None:
     """With no selection variables, an available device is detected on its own."""
-    result, _ = probe({"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None, EMULATOR: "1"})
+    result, _ = probe(
+        {"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None, EMULATOR: "1"}
+    )
     assert result["torch_device_type"] == DEVICE
 {%- if cookiecutter.emulator == 'yes' %}
 
@@ -137,7 +156,10 @@ def test_backend_reports_unavailable_when_its_torch_module_is_missing() -> None:
     done = run_python("import lmcache", env)
     if done.returncode == 0:
         pytest.skip("a real {{ cookiecutter.device_name }} device is present on this host")
-    assert f"LMCACHE_DEVICE_BACKEND={BACKEND!r} is registered but not available" in done.stderr
+    assert (
+        f"LMCACHE_DEVICE_BACKEND={BACKEND!r} is registered but not available"
+        in done.stderr
+    )
 {%- endif %}
 
 
@@ -152,8 +174,6 @@ def test_registry_build_imports_only_the_spec_module() -> None:
     loaded |= {f"{PACKAGE}.device"{% if cookiecutter.lmcache_driven != 'no' %}, f"{PACKAGE}._lmcache_compat.wire"{% endif %}}
 {%- endif %}
     assert set(result["plugin_modules_after_import"]) <= loaded
-
-
 {%- if cookiecutter.ownership == 'wheel' %}
 
 
@@ -187,12 +207,16 @@ def test_plugin_refuses_to_load_on_an_untested_lmcache_release() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "False"
     assert f"Failed to load LMCache device plugin {BACKEND!r}" in done.stderr
-    assert "{{ cookiecutter._lmcache_requirement }}" in done.stderr and "lmcache 99.0.0 is installed" in done.stderr
+    assert (
+        "{{ cookiecutter._lmcache_requirement }}" in done.stderr
+        and "lmcache 99.0.0 is installed" in done.stderr
+    )
 
 
 @pytest.mark.without_device
 def test_declared_lmcache_range_is_exactly_the_tested_releases() -> None:
     """pyproject's lmcache requirement spans the tested releases, oldest to newest, and admits the installed one."""
+    # Third Party
     from packaging.requirements import Requirement
     from packaging.version import Version
 
@@ -201,6 +225,8 @@ def test_declared_lmcache_range_is_exactly_the_tested_releases() -> None:
     (lmcache_req,) = [r for r in declared if r.name == "lmcache"]
     assert lmcache_req.specifier == Requirement(supported).specifier
     oldest, newest = min(tested, key=Version), max(tested, key=Version)
-    assert lmcache_req.specifier == Requirement(f"lmcache>={oldest},<={newest}").specifier
+    assert (
+        lmcache_req.specifier == Requirement(f"lmcache>={oldest},<={newest}").specifier
+    )
     assert installed in tested and lmcache_req.specifier.contains(installed)
 {%- endif %}

@@ -14,15 +14,18 @@ The servers are shared with the rest of the suite, and each (sub-path, TP size)
 keeps one model's worker ranks alive across this module's tests.
 """
 
+# Future
 from __future__ import annotations
 
-import itertools
+# Standard
 from collections.abc import Callable, Iterator
+import itertools
 
-import pytest
+# Third Party
 from _engine import Cluster
 from _servers import CHUNK, LMCacheServer
 from e2e_worker import token_ids
+import pytest
 
 pytestmark = pytest.mark.e2e
 
@@ -35,19 +38,26 @@ _ids = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def cluster(server: LMCacheServer, world_size: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(
+    server: LMCacheServer, world_size: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
     """``world_size`` engine-driven ranks of one model on the shared server, for this module's tests."""
     log_dir = tmp_path_factory.mktemp(f"ranks-{server.transfer_mode}-tp{world_size}")
     model = f"e2e-{'shm' if server.shm_name else 'pickle'}-tp{world_size}"
     ranks = Cluster(server, log_dir, model=model, world_size=world_size, tokens=TOKENS)
     yield ranks
-    assert ranks.close() == [0] * world_size, "every rank must unregister and exit cleanly"
+    assert ranks.close() == [0] * world_size, (
+        "every rank must unregister and exit cleanly"
+    )
 
 
 @pytest.mark.parametrize("world_size", [1, 2], ids=["tp1", "tp2"], scope="module")
 @pytest.mark.parametrize("server", list(SUB_PATHS), indirect=True)
 def test_store_lookup_retrieve_round_trip_is_byte_exact(
-    server: LMCacheServer, cluster: Cluster, world_size: int, record_transfer_times: Callable[..., None]
+    server: LMCacheServer,
+    cluster: Cluster,
+    world_size: int,
+    record_transfer_times: Callable[..., None],
 ) -> None:
     """Stored KV comes back byte for byte into zeroed caches, on this sub-path, for every rank."""
     sub_path = "engine-shm" if server.shm_name else "engine-pickle"
@@ -62,10 +72,18 @@ def test_store_lookup_retrieve_round_trip_is_byte_exact(
     assert cluster.scheduler.lookup(request_id, token_ids(TOKENS)) == TOKENS
     retrieved = cluster.retrieve(request_id)
     cluster.scheduler.end_session(request_id)
-    assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)] * world_size
+    assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [
+        (True, True)
+    ] * world_size
     assert {r["kv_device_type"] for r in retrieved} == {DEVICE}
-    record_transfer_times(f"engine_driven/{sub_path.removeprefix('engine-')}", cluster.stored + retrieved, world_size)
-    assert server.l1_status()["read_locked_count"] == 0, "each retrieve must consume its lookup's read lock"
+    record_transfer_times(
+        f"engine_driven/{sub_path.removeprefix('engine-')}",
+        cluster.stored + retrieved,
+        world_size,
+    )
+    assert server.l1_status()["read_locked_count"] == 0, (
+        "each retrieve must consume its lookup's read lock"
+    )
 
 
 @pytest.mark.parametrize("world_size", [1], ids=["tp1"], scope="module")

@@ -10,17 +10,27 @@ The servers are shared with the rest of the suite, and each (server, TP size)
 keeps one model's worker ranks alive across this module's tests.
 """
 
+# Future
 from __future__ import annotations
 
-import itertools
-import signal
+# Standard
 from collections.abc import Callable, Iterator
 from pathlib import Path
+import itertools
+import signal
 
-import pytest
+# Third Party
 from _engine import Cluster, workers
-from _servers import CHUNK, PLUGIN_SERVER_ENV, LMCacheServer, new_shm_entries, running_server, shm_entries
+from _servers import (
+    CHUNK,
+    PLUGIN_SERVER_ENV,
+    LMCacheServer,
+    new_shm_entries,
+    running_server,
+    shm_entries,
+)
 from e2e_worker import BLOCK_SIZE, DTYPE, HEAD_SIZE, NUM_HEADS, token_ids
+import pytest
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +43,9 @@ _ids = itertools.count()
 
 def worker_mode(server: LMCacheServer, spec) -> str:  # type: ignore[no-untyped-def]
     """Against an ``auto`` server, let workers use ``auto`` when the spec makes LMCache-driven the default."""
-    from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode  # after lmcache
+    # First Party
+    # after lmcache
+    from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode
 
     if server.transfer_mode == "auto" and auto_transfer_mode(spec) == "lmcache_driven":
         return "auto"
@@ -42,7 +54,10 @@ def worker_mode(server: LMCacheServer, spec) -> str:  # type: ignore[no-untyped-
 
 @pytest.fixture(scope="module")
 def cluster(  # type: ignore[no-untyped-def]
-    server: LMCacheServer, spec, world_size: int, tmp_path_factory: pytest.TempPathFactory
+    server: LMCacheServer,
+    spec,
+    world_size: int,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Cluster]:
     """``world_size`` LMCache-driven ranks of one model on the shared server; none leaves /dev/shm behind."""
     shm_before = shm_entries()
@@ -50,30 +65,53 @@ def cluster(  # type: ignore[no-untyped-def]
     ranks = Cluster(server, log_dir, model=f"ld-{server.transfer_mode}-tp{world_size}", world_size=world_size,
                     tokens=TOKENS, mode=worker_mode(server, spec))  # fmt: skip
     yield ranks
-    assert ranks.close() == [0] * world_size, "every rank must unregister and exit cleanly"
-    assert not new_shm_entries(shm_before), f"left in /dev/shm: {new_shm_entries(shm_before)}"
+    assert ranks.close() == [0] * world_size, (
+        "every rank must unregister and exit cleanly"
+    )
+    assert not new_shm_entries(shm_before), (
+        f"left in /dev/shm: {new_shm_entries(shm_before)}"
+    )
 
 
 @pytest.mark.parametrize("world_size", [1, 2], ids=["tp1", "tp2"], scope="module")
 @pytest.mark.parametrize("server", SERVER_KINDS, indirect=True)
 def test_round_trip_is_byte_exact_with_the_server_running_the_plugin(
-    server: LMCacheServer, cluster: Cluster, world_size: int, record_transfer_times: Callable[..., None]
+    server: LMCacheServer,
+    cluster: Cluster,
+    world_size: int,
+    record_transfer_times: Callable[..., None],
 ) -> None:
     """Store, poll the lookup until committed, retrieve into zeroed caches: identical bytes on every rank."""
     for result in cluster.stored:
         assert result["ok"], result["log"][-3000:]
-        assert result["transfer_context"] == "LMCacheDrivenTransferContext", result["log"][-3000:]
+        assert result["transfer_context"] == "LMCacheDrivenTransferContext", result[
+            "log"
+        ][-3000:]
     assert cluster.ready == ["ready"] * world_size
-    request_id, hit = cluster.scheduler.lookup_until(f"load-{next(_ids)}", token_ids(TOKENS), TOKENS)
+    request_id, hit = cluster.scheduler.lookup_until(
+        f"load-{next(_ids)}", token_ids(TOKENS), TOKENS
+    )
     assert hit == TOKENS, "the stores were acknowledged but never committed"
     retrieved = cluster.retrieve(request_id)
     cluster.scheduler.end_session(request_id)
-    assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)] * world_size
-    record_transfer_times(f"lmcache_driven/server={server.transfer_mode}", cluster.stored + retrieved, world_size)
+    assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [
+        (True, True)
+    ] * world_size
+    record_transfer_times(
+        f"lmcache_driven/server={server.transfer_mode}",
+        cluster.stored + retrieved,
+        world_size,
+    )
     log = server.log()
-    assert f"torch_device_type={DEVICE}" in log, "the server must run with this plugin's device"
-    assert "{{ cookiecutter.class_prefix }}CacheContext:" in log, "the server must build this plugin's cache context"
-    assert "{{ cookiecutter.class_prefix }}DeviceOps: serving pointer-mode" in log, "the server must run this plugin's ops"
+    assert f"torch_device_type={DEVICE}" in log, (
+        "the server must run with this plugin's device"
+    )
+    assert "{{ cookiecutter.class_prefix }}CacheContext:" in log, (
+        "the server must build this plugin's cache context"
+    )
+    assert "{{ cookiecutter.class_prefix }}DeviceOps: serving pointer-mode" in log, (
+        "the server must run this plugin's ops"
+    )
 
 
 @pytest.mark.parametrize("server", ["lmcache-driven"], indirect=True)
@@ -86,12 +124,19 @@ def test_mla_latent_caches_round_trip_byte_exact_through_the_server(  # type: ig
                     mode=worker_mode(server, spec), layout="mla")  # fmt: skip
     try:
         stored = ranks.stored[0]
-        assert stored["ok"] and stored["transfer_context"] == "LMCacheDrivenTransferContext", stored["log"][-3000:]
-        request_id, hit = ranks.scheduler.lookup_until(f"mla-{next(_ids)}", token_ids(TOKENS), TOKENS)
+        assert (
+            stored["ok"]
+            and stored["transfer_context"] == "LMCacheDrivenTransferContext"
+        ), stored["log"][-3000:]
+        request_id, hit = ranks.scheduler.lookup_until(
+            f"mla-{next(_ids)}", token_ids(TOKENS), TOKENS
+        )
         assert hit == TOKENS, "the store was acknowledged but never committed"
         retrieved = ranks.retrieve(request_id)
         ranks.scheduler.end_session(request_id)
-        assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)], retrieved[0]["log"][-3000:]
+        assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)], (
+            retrieved[0]["log"][-3000:]
+        )
     finally:
         assert ranks.close() == [0], "the rank must unregister and exit cleanly"
 
@@ -108,7 +153,11 @@ def restored_blocks(window: int) -> list[int]:
         return list(range(TOKENS // BLOCK_SIZE))
     chunks, kept = -(-window // CHUNK), min(window, CHUNK)
     ends = range(TOKENS - (chunks - 1) * CHUNK, TOKENS + 1, CHUNK)
-    return [token // BLOCK_SIZE for end in ends for token in range(end - kept, end, BLOCK_SIZE)]
+    return [
+        token // BLOCK_SIZE
+        for end in ends
+        for token in range(end - kept, end, BLOCK_SIZE)
+    ]
 
 
 def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothing_else(  # type: ignore[no-untyped-def]
@@ -126,13 +175,19 @@ def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothin
                         worker_args=["--layers", str(2 * len(HYBRID_WINDOWS)), f"--sw-windows={windows}"])  # fmt: skip
         try:
             assert ranks.stored[0]["ok"], ranks.stored[0]["log"][-3000:]
-            request_id, hit = ranks.scheduler.lookup_until("hybrid", token_ids(TOKENS), TOKENS)
+            request_id, hit = ranks.scheduler.lookup_until(
+                "hybrid", token_ids(TOKENS), TOKENS
+            )
             assert hit == TOKENS, "the store was acknowledged but never committed"
             # Each group holds, per chunk, K and V of its 2 layers for the tokens it keeps.
-            kept_tokens = sum(min(CHUNK, window) if window > 0 else CHUNK for window in HYBRID_WINDOWS)
+            kept_tokens = sum(
+                min(CHUNK, window) if window > 0 else CHUNK for window in HYBRID_WINDOWS
+            )
             token_bytes = 2 * 2 * NUM_HEADS * HEAD_SIZE * DTYPE.itemsize
             stored_bytes = server.l1_status()["memory_used_bytes"]
-            assert stored_bytes == TOKENS // CHUNK * kept_tokens * token_bytes, "a window must store only its tokens"
+            assert stored_bytes == TOKENS // CHUNK * kept_tokens * token_bytes, (
+                "a window must store only its tokens"
+            )
             retrieved = ranks.retrieve(request_id)[0]
             ranks.scheduler.end_session(request_id)
         finally:
@@ -140,21 +195,29 @@ def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothin
         assert retrieved["ok"], retrieved["log"][-3000:]
         expected = {f"layer.{layer}": restored_blocks(HYBRID_WINDOWS[layer % len(HYBRID_WINDOWS)])
                     for layer in range(2 * len(HYBRID_WINDOWS))}  # fmt: skip
-        assert (retrieved["restored"], retrieved["stray"]) == (expected, []), server.log_tail()
+        assert (retrieved["restored"], retrieved["stray"]) == (expected, []), (
+            server.log_tail()
+        )
         built = "{{ cookiecutter.class_prefix }}CacheContext:" in server.log()
         assert built, "the server must build this plugin's cache context"
 
 
 @pytest.mark.parametrize("server", SERVER_KINDS, indirect=True)
-def test_a_killed_worker_leaves_nothing_in_dev_shm(server: LMCacheServer, spec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_killed_worker_leaves_nothing_in_dev_shm(
+    server: LMCacheServer, spec, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     """SIGKILL a registered worker: no /dev/shm segment survives it, and the server stays healthy."""
     shm_before = shm_entries()
     mode = worker_mode(server, spec)
     model = f"ld-kill-{server.transfer_mode}-{next(_ids)}"
-    with workers(server.url, tmp_path, model=model, world_size=1, tokens=TOKENS, mode=mode) as ranks:
+    with workers(
+        server.url, tmp_path, model=model, world_size=1, tokens=TOKENS, mode=mode
+    ) as ranks:
         assert ranks[0].next_result()["ok"]
         assert ranks[0].next_result()["phase"] == "ready"
         ranks[0].process.send_signal(signal.SIGKILL)
         ranks[0].process.wait(timeout=30)
-    assert not new_shm_entries(shm_before), f"left in /dev/shm: {new_shm_entries(shm_before)}"
+    assert not new_shm_entries(shm_before), (
+        f"left in /dev/shm: {new_shm_entries(shm_before)}"
+    )
     assert server.status()["is_healthy"] is True

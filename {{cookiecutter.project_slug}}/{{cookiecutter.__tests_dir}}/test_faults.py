@@ -9,25 +9,28 @@ next to the feature they break: a retrieve without a lookup
 (``test_doctor.py``).
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 import json
 import os
 import signal
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import _spawn
-import pytest
+# Third Party
 from _engine import Scheduler, Worker
 from _servers import CHUNK, LMCacheServer, running_server
 from _support import child_env
 from e2e_worker import BLOCK_SIZE, token_ids
+import _spawn
+import pytest
 
 DEVICE = "{{ cookiecutter.device_name }}"
 DEADLINE_S = 30
@@ -41,28 +44,42 @@ TIMED_OUT_MQ_TIMEOUT = "2"
 
 def engine_server(tmp_path: Path, **kwargs: Any) -> Any:
     """An engine-driven server of the test's own (context manager), for faults that break it."""
-    return running_server(tmp_path / "server.log", transfer_mode="engine_driven", **kwargs)
+    return running_server(
+        tmp_path / "server.log", transfer_mode="engine_driven", **kwargs
+    )
 
 
-def start_worker(server: LMCacheServer, tmp_path: Path, name: str, mq_timeout: str = MQ_TIMEOUT) -> Worker:
+def start_worker(
+    server: LMCacheServer, tmp_path: Path, name: str, mq_timeout: str = MQ_TIMEOUT
+) -> Worker:
     """A registered worker rank of model ``fault-<name>`` that stored its first 2-chunk prompt."""
     worker = Worker(server.url, model=f"fault-{name}", rank=0, world_size=1, tokens=2 * CHUNK,
                     log_path=tmp_path / f"{name}-worker.log",
                     extra_args=["--mq-timeout", mq_timeout, "--layers", "2"])  # fmt: skip
     first = worker.next_result()
-    assert first["phase"] == "store" and first["ok"], first.get("error") or first["log"][-3000:]
+    assert first["phase"] == "store" and first["ok"], (
+        first.get("error") or first["log"][-3000:]
+    )
     assert worker.next_result()["phase"] == "ready"
     return worker
 
 
-def round_trip(server: LMCacheServer, worker: Worker, model: str, first: int, tokens: int = 2 * CHUNK) -> dict:
+def round_trip(
+    server: LMCacheServer,
+    worker: Worker,
+    model: str,
+    first: int,
+    tokens: int = 2 * CHUNK,
+) -> dict:
     """Store ``tokens`` tokens from ``first``, look them up, retrieve them; the retrieve result."""
     worker.store(first)
     stored = worker.next_result()
     assert stored["ok"], stored.get("error")
     scheduler = Scheduler(server.url, model, 1, mq_timeout=float(MQ_TIMEOUT))
     try:
-        request_id, hit = scheduler.lookup_until(f"rt-{first}", token_ids(tokens, first), tokens, timeout=10)
+        request_id, hit = scheduler.lookup_until(
+            f"rt-{first}", token_ids(tokens, first), tokens, timeout=10
+        )
         assert hit == tokens, f"stored, yet the lookup finds {hit} of {tokens} tokens"
         worker.retrieve(request_id, first)
         return worker.next_result()
@@ -99,14 +116,18 @@ def died_mid_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeadSer
         server.process.wait(timeout=10)
         result = worker.next_result(timeout=DEADLINE_S)
         seconds = time.monotonic() - started
-        yield DeadServer(worker, server.port, result, seconds, worker.process.poll() is None, log_dir)
+        yield DeadServer(
+            worker, server.port, result, seconds, worker.process.poll() is None, log_dir
+        )
     finally:
         worker.kill()  # still running only if a test failed
 
 
 @pytest.mark.own_server
 @pytest.mark.xdist_group("died-mid-store")
-def test_a_store_in_flight_when_the_server_dies_fails_within_the_deadline(died_mid_store: DeadServer) -> None:
+def test_a_store_in_flight_when_the_server_dies_fails_within_the_deadline(
+    died_mid_store: DeadServer,
+) -> None:
     """Server frozen, store submitted, server killed: the store reports failure in < 30 s; the worker lives on."""
     assert died_mid_store.seconds < DEADLINE_S
     result = died_mid_store.store
@@ -116,7 +137,9 @@ def test_a_store_in_flight_when_the_server_dies_fails_within_the_deadline(died_m
 
 @pytest.mark.own_server
 @pytest.mark.xdist_group("died-mid-store")
-def test_a_restarted_server_gets_the_workers_caches_again_and_serves_exact_bytes(died_mid_store: DeadServer) -> None:
+def test_a_restarted_server_gets_the_workers_caches_again_and_serves_exact_bytes(
+    died_mid_store: DeadServer,
+) -> None:
     """A new server on the dead one's port: the worker re-registers, and a round trip is exact."""
     worker = died_mid_store.worker
     with running_server(died_mid_store.log_dir / "second.log", transfer_mode="engine_driven",
@@ -130,13 +153,21 @@ def test_a_restarted_server_gets_the_workers_caches_again_and_serves_exact_bytes
             if not worker.next_result(timeout=DEADLINE_S)["ok"]:
                 time.sleep(1)
                 continue
-            result = round_trip(second, worker, "fault-died", 60_000 + attempt * 1_000 + 500)
-            assert result["bytes_match"] or not result["ok"], "a retrieve reported success with wrong bytes"
+            result = round_trip(
+                second, worker, "fault-died", 60_000 + attempt * 1_000 + 500
+            )
+            assert result["bytes_match"] or not result["ok"], (
+                "a retrieve reported success with wrong bytes"
+            )
             if result["ok"]:
                 break
             time.sleep(1)
-        assert result.get("ok"), f"no round trip within {DEADLINE_S} s of the restart:\n{worker.log()[-3000:]}"
-        assert worker.close(timeout=30) == 0, "the worker must unregister from the new server and exit cleanly"
+        assert result.get("ok"), (
+            f"no round trip within {DEADLINE_S} s of the restart:\n{worker.log()[-3000:]}"
+        )
+        assert worker.close(timeout=30) == 0, (
+            "the worker must unregister from the new server and exit cleanly"
+        )
 
 
 @pytest.mark.parametrize("server", ["engine-pickle"], indirect=True)
@@ -153,15 +184,21 @@ def test_a_token_range_that_is_not_chunk_aligned_stores_nothing_and_the_server_s
         result = worker.next_result(timeout=DEADLINE_S)
         assert time.monotonic() - started < DEADLINE_S
         assert result["phase"] == "store" and result["ok"] is False
-        scheduler = Scheduler(server.url, "fault-aligned", 1, mq_timeout=float(MQ_TIMEOUT))
+        scheduler = Scheduler(
+            server.url, "fault-aligned", 1, mq_timeout=float(MQ_TIMEOUT)
+        )
         try:
             # The lookup can hit: the aligned prompt stored at start is found ...
-            request_id, hit = scheduler.lookup_until("aligned", token_ids(2 * CHUNK), 2 * CHUNK, timeout=10)
+            request_id, hit = scheduler.lookup_until(
+                "aligned", token_ids(2 * CHUNK), 2 * CHUNK, timeout=10
+            )
             scheduler.release(request_id, token_ids(2 * CHUNK), hit)
             assert hit == 2 * CHUNK
             # ... and the partial one left nothing.
             hit = scheduler.lookup("partial", token_ids(tokens, 90_000))
-            assert hit == 0, "a failed store must leave nothing, not even its aligned first chunk"
+            assert hit == 0, (
+                "a failed store must leave nothing, not even its aligned first chunk"
+            )
         finally:
             scheduler.close()
         assert f"must be a multiple of chunk_size ({CHUNK})" in server.log()
@@ -170,7 +207,9 @@ def test_a_token_range_that_is_not_chunk_aligned_stores_nothing_and_the_server_s
 
 
 @pytest.mark.own_server
-def test_a_full_l1_drops_stores_that_say_true_and_only_the_lookup_tells(tmp_path: Path) -> None:
+def test_a_full_l1_drops_stores_that_say_true_and_only_the_lookup_tells(
+    tmp_path: Path,
+) -> None:
     """Twelve 256 KiB prompts into a 1 MiB L1: the stores say True, yet lookups find later prompts missing."""
     prompts = [100_000 + i * 4 * CHUNK for i in range(12)]
     # A non-lazy L1: with a pin-capable device LMCache makes L1 lazy, which grows past 1 MiB here.
@@ -185,10 +224,19 @@ def test_a_full_l1_drops_stores_that_say_true_and_only_the_lookup_tells(tmp_path
             for first in prompts:
                 worker.store(first)
                 said[first] = worker.next_result(timeout=DEADLINE_S)["ok"]
-            time.sleep(1)  # engine-driven stores commit asynchronously: give them time to land
-            found = {first: scheduler.lookup(f"full-{first}", token_ids(4 * CHUNK, first)) for first in prompts}
-            untrue = [first for first in prompts if said[first] and found[first] < 4 * CHUNK]
-            assert untrue, f"every store that said True was found in a 1 MiB L1: said {said}, found {found}"
+            time.sleep(
+                1
+            )  # engine-driven stores commit asynchronously: give them time to land
+            found = {
+                first: scheduler.lookup(f"full-{first}", token_ids(4 * CHUNK, first))
+                for first in prompts
+            }
+            untrue = [
+                first for first in prompts if said[first] and found[first] < 4 * CHUNK
+            ]
+            assert untrue, (
+                f"every store that said True was found in a 1 MiB L1: said {said}, found {found}"
+            )
         finally:
             scheduler.close()
             worker.close(timeout=30)
@@ -233,8 +281,14 @@ BAD_KV = textwrap.dedent(
 @pytest.mark.parametrize(
     ("fault", "message"),
     [
-        ("mixed-shapes", "KV cache layers of one transfer must share shape, dtype and device"),
-        ("mixed-dtypes", "KV cache layers of one transfer must share shape, dtype and device"),
+        (
+            "mixed-shapes",
+            "KV cache layers of one transfer must share shape, dtype and device",
+        ),
+        (
+            "mixed-dtypes",
+            "KV cache layers of one transfer must share shape, dtype and device",
+        ),
         ("mixed-devices", "All KV cache tensors must share one device type"),
     ],
 )
@@ -246,13 +300,19 @@ def test_malformed_kv_caches_are_refused_with_a_reason_and_store_nothing(
     started = time.monotonic()
     done = _spawn.run([sys.executable, "-c", BAD_KV, server.url, fault], timeout=DEADLINE_S + 30, env=child_env({}),
                       cwd=tmp_path)  # fmt: skip
-    assert time.monotonic() - started < DEADLINE_S + 10  # interpreter and emulator start-up included
+    assert (
+        time.monotonic() - started < DEADLINE_S + 10
+    )  # interpreter and emulator start-up included
     outcome = json.loads(done.stdout.splitlines()[-1])
     assert outcome["stored"] is not True, outcome
     assert message in outcome["error"] + done.stderr, done.stderr[-3000:]
-    scheduler = Scheduler(server.url, f"fault-kv-{fault}", 1, mq_timeout=float(MQ_TIMEOUT))
+    scheduler = Scheduler(
+        server.url, f"fault-kv-{fault}", 1, mq_timeout=float(MQ_TIMEOUT)
+    )
     try:
         if outcome["registered"]:
-            assert scheduler.lookup(f"bad-{fault}", list(range(64))) == 0, "a refused store must leave nothing"
+            assert scheduler.lookup(f"bad-{fault}", list(range(64))) == 0, (
+                "a refused store must leave nothing"
+            )
     finally:
         scheduler.close()

@@ -9,20 +9,25 @@ behind (no mapping, no registration, no stored bytes). Servers and workers take 
 ``torch.{{ cookiecutter.__torch_module_name }}.inject_faults()``. Skipped, with the reason, without the emulator.
 """
 
+# Future
 from __future__ import annotations
 
-import ctypes
-import mmap
+# Standard
 from collections.abc import Callable, Iterator
 from pathlib import Path
+import ctypes
+import mmap
 
-import pytest
-import torch
+# Third Party
 from _engine import Cluster, Worker
 from _servers import CHUNK, PLUGIN_SERVER_ENV, running_server
 from _support import held, run_python, seeded_kv
 from conftest import open_mappings
 from e2e_worker import token_ids
+import pytest
+import torch
+
+# First Party
 from lmcache.v1.platform.cache_context import create_cache_context
 from lmcache.v1.platform.kv_wrap import wrap_kv_caches
 
@@ -39,7 +44,9 @@ def inject(emulator) -> Iterator[Callable[..., None]]:  # type: ignore[no-untype
     emulator.inject_faults()
 
 
-def test_out_of_memory_is_torchs_out_of_memory_error_and_small_allocations_still_work(inject) -> None:  # type: ignore[no-untyped-def]
+def test_out_of_memory_is_torchs_out_of_memory_error_and_small_allocations_still_work(
+    inject,
+) -> None:  # type: ignore[no-untyped-def]
     """An allocation the device cannot serve raises torch.OutOfMemoryError naming the device."""
     inject("oom")
     with pytest.raises(torch.OutOfMemoryError, match=f"{DEVICE}:0 is out of memory"):
@@ -47,7 +54,9 @@ def test_out_of_memory_is_torchs_out_of_memory_error_and_small_allocations_still
     assert int(torch.ones(16, device=DEVICE).sum()) == 16
 
 
-def test_a_cache_context_that_runs_out_of_memory_unmaps_the_workers_caches(lmcache_driven, inject) -> None:  # type: ignore[no-untyped-def]
+def test_a_cache_context_that_runs_out_of_memory_unmaps_the_workers_caches(
+    lmcache_driven, inject
+) -> None:  # type: ignore[no-untyped-def]
     """The server cannot allocate its staging buffer: the registration fails with the cause, nothing stays mapped."""
     wrappers = wrap_kv_caches(seeded_kv(SHAPE, 3, device=DEVICE))
     before = open_mappings()
@@ -57,7 +66,9 @@ def test_a_cache_context_that_runs_out_of_memory_unmaps_the_workers_caches(lmcac
     assert open_mappings() == before
 
 
-def test_a_failed_ipc_open_leaves_the_wrapper_reusable_and_the_mapping_counted_right(lmcache_driven, inject) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_ipc_open_leaves_the_wrapper_reusable_and_the_mapping_counted_right(
+    lmcache_driven, inject
+) -> None:  # type: ignore[no-untyped-def]
     """to_tensor() raises the runtime's error and takes no reference: once the device recovers, the wrapper maps
     again, and closing it leaves another wrapper of the same allocation valid until that one closes."""
     source = seeded_kv(SHAPE, 4, device=DEVICE)["layer.0"]
@@ -72,14 +83,21 @@ def test_a_failed_ipc_open_leaves_the_wrapper_reusable_and_the_mapping_counted_r
     first.to_tensor()
     other = second.to_tensor()
     first.close()
-    assert torch.equal(other.cpu(), source.cpu()), "closing one wrapper unmapped the other's memory"
+    assert torch.equal(other.cpu(), source.cpu()), (
+        "closing one wrapper unmapped the other's memory"
+    )
     second.close()
     assert open_mappings() == before
 
 
-def test_a_range_the_runtime_refuses_to_pin_is_reported_and_left_unregistered(lmcache_driven, inject) -> None:  # type: ignore[no-untyped-def]
+def test_a_range_the_runtime_refuses_to_pin_is_reported_and_left_unregistered(
+    lmcache_driven, inject
+) -> None:  # type: ignore[no-untyped-def]
     """With a runtime that wants page-aligned ranges, pin_memory says False for another and nothing is to unpin."""
-    backend, page = lmcache_driven, mmap.PAGESIZE  # the spec answers for its pin backend
+    backend, page = (
+        lmcache_driven,
+        mmap.PAGESIZE,
+    )  # the spec answers for its pin backend
     if not backend.is_pin_supported:
         pytest.skip(f"{DEVICE} does not pin host memory")
     buffer = mmap.mmap(-1, 4 * page)
@@ -100,11 +118,16 @@ def test_a_cache_context_whose_device_is_lost_mid_transfer_still_unmaps_the_work
     before = open_mappings()
     context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
     inject("device_lost")
-    with emulator.stream(context.stream), pytest.raises(RuntimeError, match="injected: device_lost"):
+    with (
+        emulator.stream(context.stream),
+        pytest.raises(RuntimeError, match="injected: device_lost"),
+    ):
         context.kv_tensors[0].cpu()
     with pytest.raises(RuntimeError, match="injected: device_lost"):
         context.close()
-    assert open_mappings() == before, "close() on a lost device left the worker's memory mapped"
+    assert open_mappings() == before, (
+        "close() on a lost device left the worker's memory mapped"
+    )
     context.close()  # closed once: nothing left to release, nothing raised
 
 
@@ -115,7 +138,9 @@ def test_an_event_recorded_on_a_lost_device_fails_its_importer_instead_of_hangin
     process that imports it and waits gets the runtime's error at once instead of waiting forever."""
     backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
     stream = emulator.current_stream(device)
-    destination = torch.zeros(1 << 16, dtype=torch.float32, device=DEVICE)  # 256 KiB: a KV-sized copy
+    destination = torch.zeros(
+        1 << 16, dtype=torch.float32, device=DEVICE
+    )  # 256 KiB: a KV-sized copy
     inject("device_lost")
     with held(stream):
         destination.copy_(torch.ones(1 << 16), non_blocking=True)
@@ -132,7 +157,9 @@ backend.synchronize_event(imported, device)
 """,
         timeout=60,
     )
-    assert done.returncode != 0 and "failed on its device" in done.stderr, done.stderr[-3000:]
+    assert done.returncode != 0 and "failed on its device" in done.stderr, done.stderr[
+        -3000:
+    ]
 
 
 @pytest.mark.e2e
@@ -145,19 +172,25 @@ def test_a_server_whose_device_is_lost_mid_store_commits_nothing_and_the_worker_
     if not spec.is_lmcache_driven_available():
         pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
     env = {**PLUGIN_SERVER_ENV, FAULTS_ENV_VAR: "device_lost"}
-    with running_server(tmp_path / "server.log", transfer_mode="lmcache_driven", env=env, wait_stop=True) as server:
+    with running_server(
+        tmp_path / "server.log", transfer_mode="lmcache_driven", env=env, wait_stop=True
+    ) as server:
         cluster = Cluster(server, tmp_path, model="fault-device-lost", world_size=1, tokens=4 * CHUNK,
                           mode="lmcache_driven", worker_args=["--mq-timeout", "5"])  # fmt: skip
         try:
             (stored,) = cluster.stored
             assert stored["ok"] is False and stored["elapsed_ms"] < 8000, stored
-            _, hit = cluster.scheduler.lookup_until("after-loss", token_ids(4 * CHUNK), CHUNK, timeout=2)
+            _, hit = cluster.scheduler.lookup_until(
+                "after-loss", token_ids(4 * CHUNK), CHUNK, timeout=2
+            )
             assert hit == 0, "a chunk the lost device copied halfway was committed"
         finally:
             assert cluster.close() == [0]
         assert "fault injected: device_lost" in server.log(), server.log_tail()
     leaks = [line for line in server.log().splitlines() if "still open at exit" in line]
-    assert not leaks, f"the server kept the worker's memory mapped after it unregistered: {leaks}"
+    assert not leaks, (
+        f"the server kept the worker's memory mapped after it unregistered: {leaks}"
+    )
 
 
 @pytest.mark.e2e
@@ -170,7 +203,9 @@ def test_a_server_whose_device_fails_names_the_cause_and_the_worker_gives_up_at_
     if not spec.is_lmcache_driven_available():
         pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
     env = {**PLUGIN_SERVER_ENV, FAULTS_ENV_VAR: fault}
-    with running_server(tmp_path / "server.log", transfer_mode="lmcache_driven", env=env) as server:
+    with running_server(
+        tmp_path / "server.log", transfer_mode="lmcache_driven", env=env
+    ) as server:
         worker = Worker(
             server.url,
             model=f"fault-{fault}",
@@ -182,7 +217,9 @@ def test_a_server_whose_device_fails_names_the_cause_and_the_worker_gives_up_at_
             extra_args=["--mq-timeout", "5"],
         )
         try:
-            with pytest.raises(AssertionError, match="did not respond to register_kv_caches"):
+            with pytest.raises(
+                AssertionError, match="did not respond to register_kv_caches"
+            ):
                 worker.next_result(timeout=60)
         finally:
             worker.kill()

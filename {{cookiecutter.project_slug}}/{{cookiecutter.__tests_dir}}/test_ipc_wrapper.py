@@ -7,14 +7,19 @@ KV cache often share one allocation. These tests hold the wrapper to those
 rules (the CPU emulator enforces them: a closed mapping cannot be used).
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
 import threading
 
-import pytest
-import torch
+# Third Party
 from _support import run_python, seeded_kv
 from conftest import on_emulator, open_mappings
+import pytest
+import torch
+
+# First Party
 from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper
 
 DEVICE = "{{ cookiecutter.device_name }}"
@@ -28,7 +33,9 @@ def kv_caches(seed: int = 0) -> dict[str, torch.Tensor]:
 
 def received(spec, tensor: torch.Tensor):  # type: ignore[no-untyped-def]
     """The wrapper of ``tensor`` as the server receives it: through LMCache's codec."""
-    return DeviceIPCWrapper.Deserialize(DeviceIPCWrapper.Serialize(spec.ipc_wrapper_cls.wrap(tensor)))
+    return DeviceIPCWrapper.Deserialize(
+        DeviceIPCWrapper.Serialize(spec.ipc_wrapper_cls.wrap(tensor))
+    )
 
 
 def test_wrapper_serializes_through_lmcaches_codec_and_back(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
@@ -43,7 +50,11 @@ def test_wrapped_tensor_aliases_the_original_memory(lmcache_driven) -> None:  # 
     tensor = kv_caches()["layer.1"]
     wrapper = received(lmcache_driven, tensor)
     view = wrapper.to_tensor()
-    assert view.device == tensor.device and view.shape == tensor.shape and view.dtype == tensor.dtype
+    assert (
+        view.device == tensor.device
+        and view.shape == tensor.shape
+        and view.dtype == tensor.dtype
+    )
     assert torch.equal(view.cpu(), tensor.cpu())
     view[1, 3].fill_(7.0)
     assert bool((tensor[1, 3].cpu() == 7.0).all())
@@ -88,7 +99,9 @@ def test_a_strided_view_is_rebuilt_with_its_strides(lmcache_driven) -> None:  # 
     wrapper.close()
 
 
-def test_layers_sharing_one_allocation_stay_mapped_until_the_last_wrapper_closes(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+def test_layers_sharing_one_allocation_stay_mapped_until_the_last_wrapper_closes(
+    lmcache_driven,
+) -> None:  # type: ignore[no-untyped-def]
     """Closing one layer's wrapper leaves its neighbour's usable; the last close unmaps; closing twice is harmless."""
     pool = kv_caches(seed=4)["layer.0"]
     first, second = received(lmcache_driven, pool[0]), received(lmcache_driven, pool[1])
@@ -100,7 +113,9 @@ def test_layers_sharing_one_allocation_stay_mapped_until_the_last_wrapper_closes
         assert open_mappings() == mappings + 1, "one mapping per (process, allocation)"
     first.close()
     first.close()
-    assert torch.equal(second_view.cpu(), pool[1].cpu()), "closing one layer unmapped its neighbour"
+    assert torch.equal(second_view.cpu(), pool[1].cpu()), (
+        "closing one layer unmapped its neighbour"
+    )
     second.close()
     if on_emulator():
         assert open_mappings() == mappings, "the last close must unmap the allocation"
@@ -108,7 +123,9 @@ def test_layers_sharing_one_allocation_stay_mapped_until_the_last_wrapper_closes
             first_view.cpu()  # the emulator refuses memory whose mapping was closed
     second.close()
     reopened = received(lmcache_driven, pool[1])
-    assert torch.equal(reopened.to_tensor().cpu(), pool[1].cpu()), "an allocation maps again after its last close"
+    assert torch.equal(reopened.to_tensor().cpu(), pool[1].cpu()), (
+        "an allocation maps again after its last close"
+    )
     reopened.close()
 
 
@@ -146,7 +163,9 @@ def test_a_wrapper_built_in_another_thread_maps_the_same_memory(lmcache_driven) 
     wrapper.close()
 
 
-def test_memory_of_the_second_device_is_wrapped_and_mapped_on_that_device(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
+def test_memory_of_the_second_device_is_wrapped_and_mapped_on_that_device(
+    lmcache_driven, runtime
+) -> None:  # type: ignore[no-untyped-def]
     """TP=2 on one host: a layer on device 1 while device 0 is current maps as device 1's memory."""
     if runtime.device_count() < 2:
         pytest.skip(f"needs two {DEVICE} devices")
@@ -154,13 +173,17 @@ def test_memory_of_the_second_device_is_wrapped_and_mapped_on_that_device(lmcach
     assert runtime.current_device() == 0
     wrapper = received(lmcache_driven, layer)
     view = wrapper.to_tensor()
-    assert view.device == torch.device(DEVICE, 1) and torch.equal(view.cpu(), layer.cpu())
+    assert view.device == torch.device(DEVICE, 1) and torch.equal(
+        view.cpu(), layer.cpu()
+    )
     wrapper.close()
 
 
 def test_a_corrupted_descriptor_is_refused_and_maps_nothing(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
     """Truncated payloads fail to decode; a wrapper whose handle is garbage fails to map, with nothing left open."""
-    payload = DeviceIPCWrapper.Serialize(lmcache_driven.ipc_wrapper_cls.wrap(kv_caches()["layer.0"]))
+    payload = DeviceIPCWrapper.Serialize(
+        lmcache_driven.ipc_wrapper_cls.wrap(kv_caches()["layer.0"])
+    )
     with pytest.raises(Exception):  # noqa: B017, PT011 - the codec's own error type differs by release
         DeviceIPCWrapper.Deserialize(payload[: len(payload) // 2])
     wrapper = DeviceIPCWrapper.Deserialize(payload)
@@ -173,14 +196,27 @@ def test_a_corrupted_descriptor_is_refused_and_maps_nothing(lmcache_driven) -> N
     wrapper.close()
 
 
-def test_a_workers_kv_cache_list_crosses_lmcaches_message_queue_codec(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+def test_a_workers_kv_cache_list_crosses_lmcaches_message_queue_codec(
+    lmcache_driven,
+) -> None:  # type: ignore[no-untyped-def]
     """REGISTER_KV_CACHE's payload (zmq transport): the msgpack codec LMCache uses returns equal, mappable wrappers."""
-    from lmcache.v1.multiprocess.custom_types import KVCache, get_customized_decoder, get_customized_encoder
+    # First Party
+    from lmcache.v1.multiprocess.custom_types import (
+        KVCache,
+        get_customized_decoder,
+        get_customized_encoder,
+    )
 
     source = kv_caches(seed=14)
-    wrappers = [lmcache_driven.ipc_wrapper_cls.wrap(tensor) for tensor in source.values()]
-    decoded = get_customized_decoder(KVCache).decode(get_customized_encoder(KVCache).encode(wrappers))
-    assert [type(w) for w in decoded] == [type(w) for w in wrappers] and decoded == wrappers
+    wrappers = [
+        lmcache_driven.ipc_wrapper_cls.wrap(tensor) for tensor in source.values()
+    ]
+    decoded = get_customized_decoder(KVCache).decode(
+        get_customized_encoder(KVCache).encode(wrappers)
+    )
+    assert [type(w) for w in decoded] == [
+        type(w) for w in wrappers
+    ] and decoded == wrappers
     for wrapper, tensor in zip(decoded, source.values(), strict=True):
         assert torch.equal(wrapper.to_tensor().cpu(), tensor.cpu())
         wrapper.close()
@@ -189,18 +225,25 @@ def test_a_workers_kv_cache_list_crosses_lmcaches_message_queue_codec(lmcache_dr
 def test_a_wrapper_crosses_lmcaches_grpc_codec(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
     """The gRPC transport (lmcache 0.5.6+) carries the wrapper in a protobuf message: it comes back equal and maps."""
     try:
+        # First Party
         from lmcache.v1.multiprocess.transport.grpc_impl._proto_gen import common_pb2
-        from lmcache.v1.multiprocess.transport.grpc_impl.codecs.common import get_message_codecs
+        from lmcache.v1.multiprocess.transport.grpc_impl.codecs.common import (
+            get_message_codecs,
+        )
     except ModuleNotFoundError as missing:
         if missing.name is not None and missing.name.startswith("lmcache"):
-            pytest.skip(f"this lmcache release has no gRPC transport ({missing.name}); it arrived in 0.5.6")
+            pytest.skip(
+                f"this lmcache release has no gRPC transport ({missing.name}); it arrived in 0.5.6"
+            )
         raise
     tensor = kv_caches(seed=15)["layer.0"]
     wrapper = lmcache_driven.ipc_wrapper_cls.wrap(tensor)
     (codec,) = get_message_codecs()
     message = common_pb2.DeviceIpcWrapper()
     codec.writer(message, wrapper)
-    restored = codec.reader(common_pb2.DeviceIpcWrapper.FromString(message.SerializeToString()))
+    restored = codec.reader(
+        common_pb2.DeviceIpcWrapper.FromString(message.SerializeToString())
+    )
     assert type(restored) is type(wrapper) and restored == wrapper
     assert torch.equal(restored.to_tensor().cpu(), tensor.cpu())
     restored.close()

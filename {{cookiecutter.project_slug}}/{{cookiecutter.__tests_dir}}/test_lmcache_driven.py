@@ -6,16 +6,22 @@ with the reason, when the spec does not declare it; the routing tests check
 both answers.
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
 import gc
 import types
 
+# Third Party
+from _support import run_python, seeded_kv
 import pytest
 import torch
-from _support import run_python, seeded_kv
-from lmcache.v1.multiprocess.transfer_context.worker_transfer import create_transfer_context
 
+# First Party
+from lmcache.v1.multiprocess.transfer_context.worker_transfer import (
+    create_transfer_context,
+)
 from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode
 
 DEVICE = "{{ cookiecutter.device_name }}"
@@ -33,8 +39,14 @@ def kv_caches(seed: int = 0) -> dict[str, torch.Tensor]:
 
 def test_auto_mode_picks_the_transfer_path_the_spec_declares(spec) -> None:  # type: ignore[no-untyped-def]
     """``auto`` resolves to the spec's default_mp_transfer_mode() (lmcache 0.5.6+; before: engine-driven off CUDA)."""
-    context = create_transfer_context(kv_caches(), instance_id=0, req_client=None, mode="auto")
-    expected = "LMCacheDriven" if auto_transfer_mode(spec) == "lmcache_driven" else "EngineDriven"
+    context = create_transfer_context(
+        kv_caches(), instance_id=0, req_client=None, mode="auto"
+    )
+    expected = (
+        "LMCacheDriven"
+        if auto_transfer_mode(spec) == "lmcache_driven"
+        else "EngineDriven"
+    )
     assert expected in type(context).__name__
 
 
@@ -50,11 +62,15 @@ def test_both_spellings_of_the_lmcache_driven_capability_give_one_answer(spec) -
 def test_lmcache_driven_mode_is_served_or_refused_clearly(spec) -> None:  # type: ignore[no-untyped-def]
     """Asking for lmcache_driven gives LMCache's context, or LMCache's ValueError naming engine_driven."""
     if spec.is_lmcache_driven_available():
-        context = create_transfer_context(kv_caches(), instance_id=0, req_client=None, mode="lmcache_driven")
+        context = create_transfer_context(
+            kv_caches(), instance_id=0, req_client=None, mode="lmcache_driven"
+        )
         assert type(context).__name__ == "LMCacheDrivenTransferContext"
     else:
         with pytest.raises(ValueError, match="engine_driven"):
-            create_transfer_context(kv_caches(), instance_id=0, req_client=None, mode="lmcache_driven")
+            create_transfer_context(
+                kv_caches(), instance_id=0, req_client=None, mode="lmcache_driven"
+            )
 
 
 # -------------------------------------------------------------- event IPC --
@@ -63,7 +79,9 @@ def test_lmcache_driven_mode_is_served_or_refused_clearly(spec) -> None:  # type
 def test_event_backend_runs_the_full_ipc_cycle(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
     """create, record, export, import, wait, query, synchronize: the sequence LMCache's futures use."""
     backend = lmcache_driven.event_ipc_backend
-    assert backend is lmcache_driven.event_ipc_backend, "the backend must be cached on the spec"
+    assert backend is lmcache_driven.event_ipc_backend, (
+        "the backend must be cached on the spec"
+    )
     device = torch.device(DEVICE, 0)
     backend.check_event_support(device)
     event = backend.create_event(device)
@@ -93,7 +111,9 @@ print("imported", backend.query_event(imported))
     assert done.stdout.split()[-2:] == ["imported", "True"]
 
 
-def test_an_exported_event_is_imported_and_waited_on_in_a_second_process(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
+def test_an_exported_event_is_imported_and_waited_on_in_a_second_process(
+    lmcache_driven, runtime
+) -> None:  # type: ignore[no-untyped-def]
     """A fresh process imports the worker's event handle and synchronizes on it."""
     backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
     event = backend.create_event(device)
@@ -101,7 +121,9 @@ def test_an_exported_event_is_imported_and_waited_on_in_a_second_process(lmcache
     import_in_another_process(backend.export_event(event, device))
 
 
-def test_an_exported_event_stays_importable_after_its_creator_drops_it(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
+def test_an_exported_event_stays_importable_after_its_creator_drops_it(
+    lmcache_driven, runtime
+) -> None:  # type: ignore[no-untyped-def]
     """LMCache exports an event and lets go of it; the backend keeps it alive while its handle may be imported
     (a destroyed event's handle is stale, as on a device)."""
     backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
@@ -113,7 +135,9 @@ def test_an_exported_event_stays_importable_after_its_creator_drops_it(lmcache_d
     import_in_another_process(handle)
 
 
-def test_events_are_created_exported_and_imported_on_their_own_device(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
+def test_events_are_created_exported_and_imported_on_their_own_device(
+    lmcache_driven, runtime
+) -> None:  # type: ignore[no-untyped-def]
     """TP=2 on one host: device 1's events belong to device 1 while device 0 is current."""
     if runtime.device_count() < 2:
         pytest.skip(f"needs two {DEVICE} devices")
@@ -128,7 +152,9 @@ def test_events_are_created_exported_and_imported_on_their_own_device(lmcache_dr
 def test_event_backend_refuses_a_runtime_without_ipc_events(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
     """check_event_support raises RuntimeError when the device's events cannot cross processes."""
     backend = type(lmcache_driven.event_ipc_backend)()
-    backend._event_module = types.SimpleNamespace(Event=type("PlainEvent", (), {"__init__": lambda self: None}))
+    backend._event_module = types.SimpleNamespace(
+        Event=type("PlainEvent", (), {"__init__": lambda self: None})
+    )
     with pytest.raises(RuntimeError, match="interprocess"):
         backend.check_event_support(torch.device(DEVICE, 0))
 
@@ -139,11 +165,18 @@ def test_event_backend_probes_a_runtime_that_declares_ipc_events_but_cannot_expo
     """An Event with every IPC signature LMCache checks, whose export fails, is refused by the probe, not later."""
 
     class DeclaredOnly:
-        def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        def __init__(
+            self,
+            enable_timing: bool = False,
+            blocking: bool = False,
+            interprocess: bool = False,
+        ) -> None:
             self.interprocess = interprocess
 
         def ipc_handle(self) -> bytes:
-            raise RuntimeError("driver: interprocess events are not enabled on this board")
+            raise RuntimeError(
+                "driver: interprocess events are not enabled on this board"
+            )
 
         @classmethod
         def from_ipc_handle(cls, device: object, handle: bytes) -> DeclaredOnly:
@@ -153,15 +186,22 @@ def test_event_backend_probes_a_runtime_that_declares_ipc_events_but_cannot_expo
 
     backend = type(lmcache_driven.event_ipc_backend)()
     backend._event_module = types.SimpleNamespace(Event=DeclaredOnly)
-    with pytest.raises(RuntimeError, match="declared but unusable.*not enabled on this board"):
+    with pytest.raises(
+        RuntimeError, match="declared but unusable.*not enabled on this board"
+    ):
         backend.check_event_support(torch.device(DEVICE, 0))
 
 
 def test_pin_backend_is_consistent(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
     """The pin backend pins exactly when it says pinning is supported."""
     host = torch.empty(1 << 16, dtype=torch.uint8)
-    assert lmcache_driven.pin_memory(host.data_ptr(), host.numel()) is lmcache_driven.is_pin_supported
-    assert lmcache_driven.unpin_memory(host.data_ptr()) is lmcache_driven.is_pin_supported
+    assert (
+        lmcache_driven.pin_memory(host.data_ptr(), host.numel())
+        is lmcache_driven.is_pin_supported
+    )
+    assert (
+        lmcache_driven.unpin_memory(host.data_ptr()) is lmcache_driven.is_pin_supported
+    )
 
 
 def test_pinning_refuses_a_null_pointer_or_an_empty_range(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
@@ -171,7 +211,9 @@ def test_pinning_refuses_a_null_pointer_or_an_empty_range(lmcache_driven) -> Non
     assert lmcache_driven.pin_memory(host.data_ptr(), 0) is False
 
 
-def test_an_unaligned_range_pins_and_unpins_and_only_pinned_ranges_unpin(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
+def test_an_unaligned_range_pins_and_unpins_and_only_pinned_ranges_unpin(
+    lmcache_driven,
+) -> None:  # type: ignore[no-untyped-def]
     """Any start and size round-trip (LMCache pins SHM pools at arbitrary offsets); unknown addresses do not unpin."""
     if not lmcache_driven.is_pin_supported:
         pytest.skip(f"{type(lmcache_driven).__name__} does not support pinning")

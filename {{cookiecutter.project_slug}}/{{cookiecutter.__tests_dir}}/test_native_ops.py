@@ -6,28 +6,44 @@ with the reason. When it ships, the ops must really be bound (a build that
 silently fell back to the baseline fails here).
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
 import importlib
 import importlib.util
 import inspect
 import textwrap
 
-import lmcache
+# Third Party
+from _support import (
+    BLOCK_IDS,
+    BS,
+    KV_LAYOUTS,
+    gather_to_cpu,
+    held,
+    run_python,
+    same_bytes,
+    seeded_kv,
+)
 import pytest
 import torch
-from _support import BLOCK_IDS, BS, KV_LAYOUTS, gather_to_cpu, held, run_python, same_bytes, seeded_kv
+
+# First Party
 from lmcache.v1.multiprocess.transfer_context.base import (
     _detect_block_transfer_accepts_tensor,
     gather_paged_kv_to_cpu,
     scatter_cpu_to_paged_kv,
 )
 from lmcache.v1.platform import resolve_device_ops, torch_ops
+import lmcache
 
 DEVICE = "{{ cookiecutter.device_name }}"
 PACKAGE = "{{ cookiecutter.__package }}"
 #: Formats the sample kernels handle, and one they hand back to the baseline.
-NATIVE_LAYOUTS = {name: KV_LAYOUTS[name] for name in ("flash_nhd", "flashinfer_nhd", "mla")}
+NATIVE_LAYOUTS = {
+    name: KV_LAYOUTS[name] for name in ("flash_nhd", "flashinfer_nhd", "mla")
+}
 FALLBACK_LAYOUTS = {"flash_hnd": KV_LAYOUTS["flash_hnd"]}
 #: Names of LMCache's own native module that must never appear on a device's ops (as in LMCache's
 #: tests/v1/platform/test_device_ops.py::test_package_exports_resolved_device_ops).
@@ -39,7 +55,9 @@ NATIVE_ONLY_NAMES = (
 @pytest.fixture(scope="module")
 def native():  # type: ignore[no-untyped-def]
     if importlib.util.find_spec(f"{PACKAGE}.native_ops") is None:
-        pytest.skip(f"{PACKAGE} ships no native ops module (rendered with native_ops=no)")
+        pytest.skip(
+            f"{PACKAGE} ships no native ops module (rendered with native_ops=no)"
+        )
     return importlib.import_module(f"{PACKAGE}.native_ops")
 
 
@@ -51,14 +69,22 @@ def test_native_ops_are_bound_over_the_baseline(native) -> None:  # type: ignore
     assert ops.lmcache_memcpy_async is native.lmcache_memcpy_async
 
 
-def test_every_public_native_symbol_is_a_baseline_op_with_its_parameters(native) -> None:  # type: ignore[no-untyped-def]
+def test_every_public_native_symbol_is_a_baseline_op_with_its_parameters(
+    native,
+) -> None:  # type: ignore[no-untyped-def]
     """bind_native binds every public callable and type: each must be a torch_ops function, same parameters in order."""
-    public = {name: getattr(native, name) for name in dir(native) if not name.startswith("_")}
+    public = {
+        name: getattr(native, name) for name in dir(native) if not name.startswith("_")
+    }
     bindable = {n: f for n, f in public.items() if callable(f) or isinstance(f, type)}
     assert bindable, "the native module binds no op"
     for name, fn in bindable.items():
-        assert not isinstance(fn, type), f"type {name} is public: bind_native would put it on lmcache.device_ops"
-        assert hasattr(torch_ops, name), f"{name} is not a torch_ops function: bind_native would add a stray op"
+        assert not isinstance(fn, type), (
+            f"type {name} is public: bind_native would put it on lmcache.device_ops"
+        )
+        assert hasattr(torch_ops, name), (
+            f"{name} is not a torch_ops function: bind_native would add a stray op"
+        )
         ours = list(inspect.signature(fn).parameters)
         theirs = list(inspect.signature(getattr(torch_ops, name)).parameters)
         assert ours == theirs, f"{name}{ours} differs from torch_ops.{name}{theirs}"
@@ -75,7 +101,9 @@ def test_bound_ops_gain_none_of_the_names_lmcache_keeps_off_device_ops(native) -
 def test_engine_driven_keeps_tensor_mode_with_native_ops(native) -> None:  # type: ignore[no-untyped-def]
     """LMCache still passes tensors (not raw pinned pointers) to the bound transfer op."""
     op = resolve_device_ops(DEVICE).multi_layer_block_kv_transfer
-    if inspect.signature(_detect_block_transfer_accepts_tensor).parameters:  # lmcache 0.5.6: asks per callable
+    if inspect.signature(
+        _detect_block_transfer_accepts_tensor
+    ).parameters:  # lmcache 0.5.6: asks per callable
         assert _detect_block_transfer_accepts_tensor(op) is True
     else:  # lmcache 0.5.4/0.5.5: inspects the process-wide lmcache.device_ops (ours here)
         assert lmcache.device_ops.multi_layer_block_kv_transfer == op
@@ -99,15 +127,33 @@ def test_native_transfers_equal_the_baseline_both_ways(  # type: ignore[no-untyp
     zeros = {k: torch.zeros_like(v) for k, v in source.items()}
     on_device = {k: v.to(DEVICE) for k, v in zeros.items()}
     skip_tokens = skip_blocks * BS
-    scatter_cpu_to_paged_kv(zeros, BLOCK_IDS, expected, 2, skip_first_n_tokens=skip_tokens, layout_hints=hints)
-    scatter_cpu_to_paged_kv(on_device, BLOCK_IDS, expected, 2, skip_first_n_tokens=skip_tokens, layout_hints=hints)
+    scatter_cpu_to_paged_kv(
+        zeros,
+        BLOCK_IDS,
+        expected,
+        2,
+        skip_first_n_tokens=skip_tokens,
+        layout_hints=hints,
+    )
+    scatter_cpu_to_paged_kv(
+        on_device,
+        BLOCK_IDS,
+        expected,
+        2,
+        skip_first_n_tokens=skip_tokens,
+        layout_hints=hints,
+    )
     assert all(same_bytes(on_device[k], zeros[k]) for k in zeros)
     path = "native" if layout in NATIVE_LAYOUTS else "fallback"
     key = f"multi_layer_block_kv_transfer:{path}"
-    assert native._calls[key] >= before.get(key, 0) + 2, f"expected the {path} path for {layout}"
+    assert native._calls[key] >= before.get(key, 0) + 2, (
+        f"expected the {path} path for {layout}"
+    )
 
 
-def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(native, runtime) -> None:  # type: ignore[no-untyped-def]
+def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(
+    native, runtime
+) -> None:  # type: ignore[no-untyped-def]
     """A native gather queued behind pending work writes nothing until that work has run, then the right bytes:
     kernels are launched on the device's current stream (not run on the host, not on a stream of their own)."""
     shape, hints = NATIVE_LAYOUTS["flash_nhd"]
@@ -121,8 +167,12 @@ def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(nativ
         hold.settle()
         early = [int(chunk.count_nonzero()) for chunk in out]
     runtime.synchronize()
-    assert native._calls["multi_layer_block_kv_transfer:native"] > before, "the native kernel did not run"
-    assert early == [0] * len(out), "the kernel ran ahead of the current stream's work (on the host or another stream)"
+    assert native._calls["multi_layer_block_kv_transfer:native"] > before, (
+        "the native kernel did not run"
+    )
+    assert early == [0] * len(out), (
+        "the kernel ran ahead of the current stream's work (on the host or another stream)"
+    )
     assert all(same_bytes(got, want) for got, want in zip(out, expected, strict=True))
 
 

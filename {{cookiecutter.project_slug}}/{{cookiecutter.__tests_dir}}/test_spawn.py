@@ -5,21 +5,26 @@ The other tests trust it with every server, worker rank and fresh registry, so
 here a forked program and a new interpreter run the same probe and must agree.
 """
 
+# Future
 from __future__ import annotations
 
+# Standard
+from pathlib import Path
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+# Third Party
+from _support import child_env
 import _spawn
 import pytest
-from _support import child_env
 
-pytestmark = pytest.mark.without_device  # the launcher needs no device: it runs wherever the suite runs
+pytestmark = (
+    pytest.mark.without_device
+)  # the launcher needs no device: it runs wherever the suite runs
 
 PROBE = """
 import json, os, sys
@@ -41,7 +46,9 @@ def test_a_forked_program_gets_the_argv_environment_cwd_path_streams_and_exit_st
     env = child_env({"LMCACHE_SPAWN_PROBE": "seen", "PYTHONPATH": str(extra)})
     seen = {}
     for fresh in (False, True):
-        streams = [(tmp_path / f"{name}-{fresh}").open("w+") for name in ("in", "out", "err")]
+        streams = [
+            (tmp_path / f"{name}-{fresh}").open("w+") for name in ("in", "out", "err")
+        ]
         streams[0].write("from stdin")
         streams[0].seek(0)
         process = _spawn.popen([sys.executable, "-c", PROBE, "a", "b"], env=env, cwd=tmp_path, stdin=streams[0],
@@ -51,14 +58,22 @@ def test_a_forked_program_gets_the_argv_environment_cwd_path_streams_and_exit_st
             stream.close()
         seen[fresh] = json.loads((tmp_path / f"out-{fresh}").read_text())
         assert (tmp_path / f"err-{fresh}").read_text() == "to stderr\n"
-    assert seen[False].pop("torch_preloaded") is True, "the program was not forked from the zygote"
+    assert seen[False].pop("torch_preloaded") is True, (
+        "the program was not forked from the zygote"
+    )
     assert seen[True].pop("torch_preloaded") is False
     assert seen[False] == seen[True]
-    assert seen[True]["argv"] == ["-c", "a", "b"] and seen[True]["mine"] == "seen" and not seen[True]["lmcache"]
+    assert (
+        seen[True]["argv"] == ["-c", "a", "b"]
+        and seen[True]["mine"] == "seen"
+        and not seen[True]["lmcache"]
+    )
     assert str(extra) in seen[True]["path"]
 
 
-def test_a_forked_program_is_killed_and_waited_for_by_pid_as_a_popen_is(tmp_path: Path) -> None:
+def test_a_forked_program_is_killed_and_waited_for_by_pid_as_a_popen_is(
+    tmp_path: Path,
+) -> None:
     """kill() ends it with -SIGKILL, wait() times out while it runs, a pipe carries lines both ways."""
     code = "import sys\nfor line in sys.stdin:\n    print(line.upper(), end='', flush=True)\n"
     process = _spawn.popen([sys.executable, "-c", code], env=child_env({}), cwd=tmp_path, stdin=subprocess.PIPE,
@@ -77,25 +92,37 @@ def test_signalling_a_program_that_has_just_exited_is_a_no_op_as_with_popen(  # 
     tmp_path: Path, monkeypatch
 ) -> None:
     """The zygote reaps a program before it reports the exit status: a kill() in between must not raise."""
-    process = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path)
+    process = _spawn.popen(
+        [sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path
+    )
     assert isinstance(process, _spawn.ForkedProcess)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # until the zygote has reaped it (it is not our child)
+    while (
+        time.monotonic() < deadline
+    ):  # until the zygote has reaped it (it is not our child)
         try:
             os.kill(process.pid, 0)
         except ProcessLookupError:
             break
         time.sleep(0.01)
-    monkeypatch.setattr(process, "poll", lambda: None)  # its exit status not read yet: the window
+    monkeypatch.setattr(
+        process, "poll", lambda: None
+    )  # its exit status not read yet: the window
     process.kill()
     monkeypatch.undo()
     assert process.wait(timeout=30) == 0
 
 
-def test_a_program_whose_environment_preloaded_modules_read_starts_fresh(tmp_path: Path) -> None:
+def test_a_program_whose_environment_preloaded_modules_read_starts_fresh(
+    tmp_path: Path,
+) -> None:
     """A variable torch may read at import (OMP_NUM_THREADS) differs from the zygote's: a new interpreter."""
     started = time.monotonic()
-    process = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({"OMP_NUM_THREADS": "2"}), cwd=tmp_path)
+    process = _spawn.popen(
+        [sys.executable, "-c", "pass"],
+        env=child_env({"OMP_NUM_THREADS": "2"}),
+        cwd=tmp_path,
+    )
     assert isinstance(process, subprocess.Popen)
     assert process.wait(timeout=60) == 0 and time.monotonic() - started < 60
 
@@ -108,6 +135,8 @@ def test_a_variable_set_after_the_zygote_started_sends_the_program_to_a_new_inte
     warm = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path)
     assert isinstance(warm, _spawn.ForkedProcess) and warm.wait(timeout=60) == 0
     monkeypatch.setenv("TORCH_SPAWN_PROBE_SET_LATER", "1")
-    process = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path)
+    process = _spawn.popen(
+        [sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path
+    )
     assert isinstance(process, subprocess.Popen)
     assert process.wait(timeout=60) == 0

@@ -10,16 +10,22 @@ makes them deterministic); the last ones check that the plugin's recorders
 publish after the queued work, without blocking the caller.
 """
 
+# Future
 from __future__ import annotations
 
-import torch
+# Third Party
 from _support import RETURNS_AT_ONCE, held, run_python
+import torch
+
+# First Party
 from lmcache.v1.platform import resolve_device_ops, torch_ops
 
 DEVICE = "{{ cookiecutter.device_name }}"
 
 
-def test_host_code_that_dereferences_a_device_address_crashes_naming_the_memory(emulator) -> None:  # type: ignore[no-untyped-def]
+def test_host_code_that_dereferences_a_device_address_crashes_naming_the_memory(
+    emulator,
+) -> None:  # type: ignore[no-untyped-def]
     """A device pointer is not a host address: reading it from host code crashes, as on hardware (the emulator
     names the memory first; the test crashes a process on purpose, so it runs on the emulator only), while
     copies and ops on the same tensor work."""
@@ -32,12 +38,16 @@ ctypes.string_at(memory.data_ptr(), 4)
 print("read it", flush=True)
 """
     )
-    assert done.stdout.split()[-2:] == ["sum", str(sum(range(1024)))], done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["sum", str(sum(range(1024)))], done.stderr[
+        -3000:
+    ]
     assert done.returncode < 0, "host code read device memory and went on"
     assert "was read or written by host code" in done.stderr, done.stderr[-3000:]
 
 
-def test_a_non_blocking_copy_to_pinned_memory_is_seen_only_after_a_synchronization(runtime) -> None:  # type: ignore[no-untyped-def]
+def test_a_non_blocking_copy_to_pinned_memory_is_seen_only_after_a_synchronization(
+    runtime,
+) -> None:  # type: ignore[no-untyped-def]
     """D2H with non_blocking=True into pinned memory returns at once; the host sees the bytes after synchronize()."""
     source = torch.arange(4096, dtype=torch.int32).to(DEVICE)
     host = torch.zeros(4096, dtype=torch.int32, pin_memory=True)
@@ -49,7 +59,9 @@ def test_a_non_blocking_copy_to_pinned_memory_is_seen_only_after_a_synchronizati
     assert torch.equal(host, source.cpu())
 
 
-def test_an_event_completes_only_after_the_work_queued_before_its_record(runtime) -> None:  # type: ignore[no-untyped-def]
+def test_an_event_completes_only_after_the_work_queued_before_its_record(
+    runtime,
+) -> None:  # type: ignore[no-untyped-def]
     """query() is False while the recorded stream's earlier work is pending; synchronize() waits for it."""
     stream = runtime.Stream(0)
     event = runtime.Event()
@@ -89,11 +101,20 @@ def test_completions_and_observability_events_are_published_after_the_queued_wor
     torch_ops.drain_recorded_events()
     with held(stream) as hold:
         ops.record_completion_on_stream(handle, "finish_write", b"payload")
-        ops.record_event_on_stream(handle, "mp.store.end", "session", {"device": DEVICE}, {"bytes": 1})
+        ops.record_event_on_stream(
+            handle, "mp.store.end", "session", {"device": DEVICE}, {"bytes": 1}
+        )
         took = hold.settle()
-        early = torch_ops.drain_recorded_completions(), torch_ops.drain_recorded_events()
+        early = (
+            torch_ops.drain_recorded_completions(),
+            torch_ops.drain_recorded_events(),
+        )
     stream.synchronize()
-    assert took < RETURNS_AT_ONCE, f"a recorder blocked its caller for {took:.1f}s: launch a host function instead"
+    assert took < RETURNS_AT_ONCE, (
+        f"a recorder blocked its caller for {took:.1f}s: launch a host function instead"
+    )
     assert early == ([], []), "published before the work queued ahead of it had run"
     assert torch_ops.drain_recorded_completions() == [("finish_write", b"payload")]
-    assert [event[:2] for event in torch_ops.drain_recorded_events()] == [("mp.store.end", "session")]
+    assert [event[:2] for event in torch_ops.drain_recorded_events()] == [
+        ("mp.store.end", "session")
+    ]

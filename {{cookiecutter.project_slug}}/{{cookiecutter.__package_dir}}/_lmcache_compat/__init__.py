@@ -34,7 +34,6 @@ Importing it changes nothing: the release check (``check_lmcache_version``)
 and the wire registration are explicit calls the spec module makes when LMCache
 loads it.
 {%- endif %}
-
 {%- if cookiecutter.ownership == 'in_tree' %}
 
 In LMCache's tree the release check and the wire registration an external wheel
@@ -49,25 +48,34 @@ import, and LMCache then drops the plugin with only a warning. The other names
 are resolved on first use through the module ``__getattr__`` below.
 """
 
+# Future
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
+# Standard
 from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
+import importlib
+import importlib.util
+import inspect
 
+# First Party
 # The one eager import: the base class LMCache's loader checks against.
 from lmcache.v1.platform.base.device_spec import DeviceSpec
 
 if TYPE_CHECKING:
+    # First Party
     from lmcache.lmcache_native import EngineKVFormat, TransferDirection
     from lmcache.logging import init_logger
 {%- if cookiecutter.lmcache_driven != 'no' %}
     from lmcache.utils import EngineType
-    from lmcache.v1.gpu_connector.kv_format.specs.registry import get_spec_class as kv_format_spec
-    from lmcache.v1.gpu_connector.utils import get_group_data_ptrs, normalize_and_discover_per_layer_formats
+    from lmcache.v1.gpu_connector.kv_format.specs.registry import (
+        get_spec_class as kv_format_spec,
+    )
+    from lmcache.v1.gpu_connector.utils import (
+        get_group_data_ptrs,
+        normalize_and_discover_per_layer_formats,
+    )
     from lmcache.v1.kv_layer_groups import KVLayerGroupsManager
     from lmcache.v1.multiprocess.group_view import engine_group_layer_indices
 {%- endif %}
@@ -84,7 +92,9 @@ if TYPE_CHECKING:
 {%- endif %}
     from lmcache.v1.platform.ops_types import PageBufferShapeDesc
 {%- if cookiecutter.lmcache_driven != 'no' %}
-    from lmcache.v1.platform.torch_ops.mp_mem_kernels import _infer_kv_dtype as infer_kv_dtype
+    from lmcache.v1.platform.torch_ops.mp_mem_kernels import (
+        _infer_kv_dtype as infer_kv_dtype,
+    )
 {%- endif %}
 
 __all__ = [
@@ -131,7 +141,9 @@ TESTED_LMCACHE_VERSIONS = ({% for v in cookiecutter._lmcache_tested %}{{ v | toj
 # ---- feature detection (no version numbers) --------------------------------
 #: 0.5.6+: IPC wrappers travel as msgspec descriptors from a closed allowlist
 #: (lmcache/v1/platform/base/ipc_wire.py). Older releases pickle the wrapper.
-HAS_WIRE_ALLOWLIST = importlib.util.find_spec("lmcache.v1.platform.base.ipc_wire") is not None
+HAS_WIRE_ALLOWLIST = (
+    importlib.util.find_spec("lmcache.v1.platform.base.ipc_wire") is not None
+)
 #: 0.5.6+: the spec decides what worker-side ``auto`` means
 #: (``default_mp_transfer_mode``). Older releases: ``auto`` is LMCache-driven
 #: for CUDA only, engine-driven for every other device.
@@ -155,7 +167,10 @@ _LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "PageBufferShapeDesc": (("lmcache.v1.platform.ops_types", "PageBufferShapeDesc"),),
     "MPTransferMode": (
         ("lmcache.v1.multiprocess.transfer_mode", "MPTransferMode"),  # 0.5.6
-        ("lmcache.v1.multiprocess.transfer_context.worker_transfer", "MPTransferMode"),  # 0.5.4, 0.5.5
+        (
+            "lmcache.v1.multiprocess.transfer_context.worker_transfer",
+            "MPTransferMode",
+        ),  # 0.5.4, 0.5.5
     ),
     "init_logger": (("lmcache.logging", "init_logger"),),
     "resolve_device_ops": (("lmcache.v1.platform", "resolve_device_ops"),),
@@ -170,24 +185,34 @@ _LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
 {%- if cookiecutter.lmcache_driven != 'no' %}
     # LMCache-driven transfer (IPC wrapper, cache context, event IPC, pinning):
     "DeviceIPCWrapper": (("lmcache.v1.platform.base.ipc_wrapper", "DeviceIPCWrapper"),),
-    "BaseCacheContext": (("lmcache.v1.platform.base.cache_context", "BaseCacheContext"),),
-    "DefaultEventIPCBackend": (("lmcache.v1.platform.base.event_ipc", "DefaultEventIPCBackend"),),
+    "BaseCacheContext": (
+        ("lmcache.v1.platform.base.cache_context", "BaseCacheContext"),
+    ),
+    "DefaultEventIPCBackend": (
+        ("lmcache.v1.platform.base.event_ipc", "DefaultEventIPCBackend"),
+    ),
     "PinMemoryBackend": (("lmcache.v1.platform.base.pin_memory", "PinMemoryBackend"),),
     "EngineType": (("lmcache.utils", "EngineType"),),
     "KVLayerGroupsManager": (("lmcache.v1.kv_layer_groups", "KVLayerGroupsManager"),),
-    "engine_group_layer_indices": (("lmcache.v1.multiprocess.group_view", "engine_group_layer_indices"),),
+    "engine_group_layer_indices": (
+        ("lmcache.v1.multiprocess.group_view", "engine_group_layer_indices"),
+    ),
     "get_group_data_ptrs": (("lmcache.v1.gpu_connector.utils", "get_group_data_ptrs"),),
     "normalize_and_discover_per_layer_formats": (
         ("lmcache.v1.gpu_connector.utils", "normalize_and_discover_per_layer_formats"),
     ),
-    "kv_format_spec": (("lmcache.v1.gpu_connector.kv_format.specs.registry", "get_spec_class"),),
+    "kv_format_spec": (
+        ("lmcache.v1.gpu_connector.kv_format.specs.registry", "get_spec_class"),
+    ),
     # Private baseline helper: KV dtype from a PageBufferShapeDesc (fp16 vs bf16 safe).
     "infer_kv_dtype": (
         ("lmcache.v1.platform.torch_ops.mp_mem_kernels", "_infer_kv_dtype"),  # 0.5.6
         ("lmcache.v1.platform.torch_ops", "_infer_kv_dtype"),  # 0.5.4, 0.5.5
     ),
     # Private baseline helper, asked for on 0.5.4/0.5.5 only (paged_layers_for_baseline).
-    "per_layer_paged_shape": (("lmcache.v1.platform.torch_ops", "_per_layer_paged_shape"),),
+    "per_layer_paged_shape": (
+        ("lmcache.v1.platform.torch_ops", "_per_layer_paged_shape"),
+    ),
 {%- endif %}
 }
 
@@ -251,7 +276,9 @@ class PortableDeviceSpec(DeviceSpec):
         return self.is_lmcache_driven_available()
 
 
-def register_kv_caches(adapter: Any, kv_caches: dict[str, Any], engine_group_infos: Sequence[Any] = ()) -> None:
+def register_kv_caches(
+    adapter: Any, kv_caches: dict[str, Any], engine_group_infos: Sequence[Any] = ()
+) -> None:
     """Register a worker's (NHD) KV caches with LMCache's ``LMCacheMPWorkerAdapter``.
 
     ``engine_group_infos``: LMCache's ``EngineGroupInfo`` per engine group of a
@@ -259,7 +286,9 @@ def register_kv_caches(adapter: Any, kv_caches: dict[str, Any], engine_group_inf
     no such argument and assumes NHD.
     """
     if "layout_hints" in inspect.signature(adapter.register_kv_caches).parameters:
-        adapter.register_kv_caches(kv_caches, engine_group_infos, layout_hints={"kv_layout": "NHD"})
+        adapter.register_kv_caches(
+            kv_caches, engine_group_infos, layout_hints={"kv_layout": "NHD"}
+        )
     else:
         adapter.register_kv_caches(kv_caches, engine_group_infos)
 
@@ -272,6 +301,7 @@ def recorded_event(adapter: Any, device_type: str) -> Any:
     """
     if hasattr(adapter, "create_recorded_event"):
         return adapter.create_recorded_event()
+    # Third Party
     import torch
 
     event = getattr(torch, device_type).Event(interprocess=True)
