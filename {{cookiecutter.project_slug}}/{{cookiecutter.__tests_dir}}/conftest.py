@@ -96,8 +96,7 @@ def pytest_report_header() -> list[str]:
 {%- if cookiecutter.ownership == 'in_tree' %}
         f"{{ cookiecutter.__package }} (in-tree) from {origin}",
 {%- else %}
-        f"{{ cookiecutter.__package }} {metadata.version('{{ cookiecutter.project_slug }}')} "
-        f"from {origin}",
+        f"{{ cookiecutter.__package }} {metadata.version('{{ cookiecutter.project_slug }}')} from {origin}",
 {%- endif %}
         f"lmcache {metadata.version('lmcache')}, torch {metadata.version('torch')}",
 {%- if cookiecutter.emulator == 'yes' %}
@@ -144,14 +143,14 @@ def _schedule_key(item) -> tuple[bool, str, str, int]:  # type: ignore[no-untype
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
     """Tests on one shared server run on one xdist worker (``--dist loadgroup``), so it
-        starts once; tests with a server of their own, the longest, are handed out first;
-        after pytest's own reordering, each (server, module, TP size) runs contiguously, so
-        module-scoped worker ranks start once per combination (pytest alone interleaves TP
-        sizes and restarts them).
+    starts once; tests with a server of their own, the longest, are handed out first;
+    after pytest's own reordering, each (server, module, TP size) runs contiguously, so
+    module-scoped worker ranks start once per combination (pytest alone interleaves TP
+    sizes and restarts them).
 {%- if cookiecutter.emulator == 'no' %}
 
-        Without a device (no emulator rendered), skip what needs one before any fixture
-        starts.
+    Without a device (no emulator rendered), skip what needs one before any fixture
+    starts.
 {%- endif %}
     """
     # before the other hooks: pytest-xdist reads the groups
