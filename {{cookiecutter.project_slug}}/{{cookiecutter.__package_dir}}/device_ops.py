@@ -69,18 +69,20 @@ NATIVE_ENV_VAR = "{{ cookiecutter.__native_env_var }}"
 
 
 class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
-    """LMCache ops for {{ cookiecutter.device_name }}: the torch baseline plus pointer-safe overrides."""
+    """LMCache ops for {{ cookiecutter.device_name }}: the torch baseline plus pointer-safe
+    overrides."""
 
     device_type: ClassVar[str] = DEVICE_TYPE
 {%- if cookiecutter.native_ops == 'yes' %}
 
     def ensure_native(self) -> None:
-        """Bind ``native_ops`` (C++ kernels from ``_kernels.cpp``) over the torch baseline.
+        """Bind ``native_ops`` (C++ kernels from ``_kernels.cpp``) over the torch
+        baseline.
 
         Every public callable of ``native_ops`` replaces the baseline op of the
         same name on this instance (guide, Part 2); anything it does not define
-        stays on the baseline. ``{{ cookiecutter.__native_env_var }}=0`` keeps the baseline
-        (for comparisons and bisecting).
+        stays on the baseline. ``{{ cookiecutter.__native_env_var }}=0`` keeps the
+        baseline (for comparisons and bisecting).
 
         Failure policy: soft. If the compiled module is missing (a source
         checkout, or a wheel built without a compiler), log how to rebuild and
@@ -126,10 +128,12 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         dtype: torch.dtype,
         device: torch.device,
     ) -> torch.Tensor:
-        """A zero-copy {{ cookiecutter.device_name }} tensor over device memory at ``ptr`` (see ``device_tensor``).
+        """A zero-copy {{ cookiecutter.device_name }} tensor over device memory at ``ptr``
+        (see ``device_tensor``).
 
         A ``device`` without an index means the device that owns the memory,
-        never the current one: LMCache passes ``torch.device("{{ cookiecutter.device_name }}")``.
+        never the current one: LMCache passes
+        ``torch.device("{{ cookiecutter.device_name }}")``.
         """
         return device_tensor(ptr, shape, dtype, torch.device(device))
 
@@ -188,7 +192,8 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         engine_kv_format: EngineKVFormat,
         skip_prefix_n_blocks: int,
     ) -> None:
-        """Gather (D2H) or scatter (H2D) whole KV blocks between paged caches and chunk objects.
+        """Gather (D2H) or scatter (H2D) whole KV blocks between paged caches and chunk
+        objects.
 
         Keep this exact signature, annotations included: LMCache's engine-driven
         path reads the annotation of ``lmcache_objects_ptrs`` to decide whether
@@ -196,8 +201,8 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
 {%- if cookiecutter.lmcache_driven != 'no' %}
 
         With raw pointers (the LMCache-driven server), the chunk objects are in
-        the cache context's {{ cookiecutter.device_name }} staging buffer, so they are rebuilt here as
-        device tensors; then the torch baseline does the copy.
+        the cache context's {{ cookiecutter.device_name }} staging buffer, so they are rebuilt
+        here as device tensors; then the torch baseline does the copy.
 {%- endif %}
         TODO(vendor): call your device kernel here once you have one.
         """
@@ -262,10 +267,12 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
     def record_completion_on_stream(
         self, cuda_stream_ptr: int, kind: str, payload: bytes
     ) -> None:
-        """Publish a completion once the work queued on the stream before it has finished; returns at once.
+        """Publish a completion once the work queued on the stream before it has
+        finished; returns at once.
 
-        TODO(vendor): your runtime's host-function launch on the stream ``cuda_stream_ptr``
-        (LMCache's CUDA op calls ``cudaLaunchHostFunc`` from C++, whose callback never takes the GIL).
+        TODO(vendor): your runtime's host-function launch on the stream
+        ``cuda_stream_ptr`` (LMCache's CUDA op calls ``cudaLaunchHostFunc`` from C++,
+        whose callback never takes the GIL).
         """
         publish = functools.partial(
             torch_ops.record_completion_on_stream, cuda_stream_ptr, kind, payload
@@ -291,7 +298,8 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
 
 
 def _announce_pointer_mode() -> None:
-    """Log once per process that LMCache drove this plugin's ops with device pointers (the server side)."""
+    """Log once per process that LMCache drove this plugin's ops with device pointers
+    (the server side)."""
     global _announced_pointer_mode
     if not _announced_pointer_mode:
         _announced_pointer_mode = True
@@ -302,7 +310,8 @@ def _announce_pointer_mode() -> None:
 def device_tensor(
     ptr: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
-    """A contiguous tensor over {{ cookiecutter.device_name }} memory at ``ptr``; it does not own the memory.
+    """A contiguous tensor over {{ cookiecutter.device_name }} memory at ``ptr``; it does not
+    own the memory.
 
     TODO(vendor): if your runtime offers its own zero-copy constructor, use it;
     this generic version works for any torch backend that implements

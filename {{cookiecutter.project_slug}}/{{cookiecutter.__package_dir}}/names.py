@@ -15,13 +15,13 @@ DEVICE_TYPE = "{{ cookiecutter.device_name }}"
 BACKEND_NAME = "{{ cookiecutter.backend_name }}"
 #: ``torch.<name>``: the device module LMCache synchronises through.
 TORCH_MODULE_NAME = "{{ cookiecutter.__torch_module_name }}"
-#: The module that creates ``torch.{{ cookiecutter.__torch_module_name }}`` when imported; empty if torch
-#: has the device built in.
+#: The module that creates ``torch.{{ cookiecutter.__torch_module_name }}`` when imported; empty if
+#: torch has the device built in.
 TORCH_EXTENSION_MODULE = "{{ cookiecutter.torch_extension_module }}"
 {%- if cookiecutter.emulator == 'yes' %}
-#: Tests and CI set this to ``1`` to run on the CPU emulator of ``torch.{{ cookiecutter.__torch_module_name }}``,
-#: a distribution of its own that torch loads at import, from
-#: ``{{ cookiecutter.__emulator_dir }}/``.
+#: Tests and CI set this to ``1`` to run on the CPU emulator of
+#: ``torch.{{ cookiecutter.__torch_module_name }}``, a distribution of its own that torch loads at
+#: import, from ``{{ cookiecutter.__emulator_dir }}/``.
 #: This package never reads it: the doctor names it in its advice.
 EMULATOR_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}"
 {%- endif %}

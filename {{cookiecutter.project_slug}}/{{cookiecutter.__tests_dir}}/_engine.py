@@ -34,7 +34,8 @@ WORKER = HERE / "e2e_worker.py"
 
 
 class Worker:
-    """One ``e2e_worker.py`` rank in its own process (see its docstring for the protocol)."""
+    """One ``e2e_worker.py`` rank in its own process (see its docstring for the
+    protocol)."""
 
     def __init__(
         self,
@@ -95,14 +96,16 @@ class Worker:
         self.process.stdin.flush()
 
     def retrieve(self, request_id: str, first_token: int | None = None) -> None:
-        """Retrieve the prompt starting at ``first_token`` (default: the first one stored)."""
+        """Retrieve the prompt starting at ``first_token`` (default: the first one
+        stored)."""
         self._send(
             f"retrieve {request_id}"
             + ("" if first_token is None else f" {first_token}")
         )
 
     def store(self, first_token: int, tokens: int | None = None) -> None:
-        """Store the prompt starting at ``first_token`` (``tokens`` long, default the worker's ``--tokens``)."""
+        """Store the prompt starting at ``first_token`` (``tokens`` long, default the
+        worker's ``--tokens``)."""
         self._send(f"store {first_token}" + ("" if tokens is None else f" {tokens}"))
 
     def begin_close(self) -> None:
@@ -111,7 +114,8 @@ class Worker:
             self.process.stdin.close()
 
     def close(self, timeout: float = 60) -> int:
-        """Close stdin and return the worker's exit code (killed after ``timeout`` seconds)."""
+        """Close stdin and return the worker's exit code (killed after ``timeout``
+        seconds)."""
         self.begin_close()
         try:
             return self.process.wait(timeout=timeout)
@@ -120,14 +124,16 @@ class Worker:
             return self.process.wait()
 
     def kill(self) -> None:
-        """SIGKILL: for a worker whose server is gone (a clean exit would wait for it to unregister)."""
+        """SIGKILL: for a worker whose server is gone (a clean exit would wait for it to
+        unregister)."""
         self.begin_close()
         self.process.kill()
         self.process.wait(timeout=30)
 
 
 def close_all(ranks: Iterable[Worker], timeout: float = 60) -> list[int]:
-    """Close every rank at once (each waits on its server to unregister) and return their exit codes."""
+    """Close every rank at once (each waits on its server to unregister) and return
+    their exit codes."""
     ranks = list(ranks)
     for worker in ranks:
         worker.begin_close()
@@ -136,7 +142,8 @@ def close_all(ranks: Iterable[Worker], timeout: float = 60) -> list[int]:
 
 def start_ranks(server_url: str, log_dir: Path, *, model: str, world_size: int, tokens: int, mode: str,
                 extra_args: Sequence[str] = ()) -> list[Worker]:  # fmt: skip
-    """``world_size`` ranks of ``model``, each in its own process, logging to ``<log_dir>/<model>-rank<N>.log``."""
+    """``world_size`` ranks of ``model``, each in its own process, logging to
+    ``<log_dir>/<model>-rank<N>.log``."""
 
     def start(rank: int) -> Worker:
         log_path = log_dir / f"{model}-rank{rank}.log"
@@ -156,7 +163,8 @@ def workers(
     tokens: int,
     mode: str = "engine_driven",
 ) -> Iterator[list[Worker]]:
-    """``world_size`` worker ranks, each in its own process, always stopped afterwards."""
+    """``world_size`` worker ranks, each in its own process, always stopped
+    afterwards."""
     started = start_ranks(
         server_url,
         log_dir,
@@ -213,8 +221,9 @@ class Scheduler:
         expected: int,
         timeout: float = 20.0,
     ) -> tuple[str, int]:
-        """Look up with fresh request ids until ``expected`` tokens hit (LMCache-driven stores commit
-        asynchronously); returns the request id whose lookup holds the read locks, and the hit."""
+        """Look up with fresh request ids until ``expected`` tokens hit (LMCache-driven
+        stores commit asynchronously); returns the request id whose lookup holds the
+        read locks, and the hit."""
         deadline = time.monotonic() + timeout
         attempt = 0
         while True:
@@ -227,7 +236,8 @@ class Scheduler:
             time.sleep(0.02)
 
     def lookup(self, request_id: str, tokens: list[int]) -> int:
-        """Hit tokens for ``tokens`` (prefix, all ranks); also read-locks them for one retrieve."""
+        """Hit tokens for ``tokens`` (prefix, all ranks); also read-locks them for one
+        retrieve."""
         self.adapter.maybe_submit_lookup_request(request_id, tokens)
         deadline = time.monotonic() + self.mq_timeout
         while time.monotonic() < deadline:
@@ -243,7 +253,8 @@ class Scheduler:
         self.adapter.end_session(request_id)
 
     def release(self, request_id: str, tokens: list[int], hit: int) -> None:
-        """End a lookup that no retrieve will follow: free the read locks its hit holds, end its session."""
+        """End a lookup that no retrieve will follow: free the read locks its hit holds,
+        end its session."""
         if hit:
             self.adapter.free_lookup_locks(tokens, 0, hit, request_id)
         self.end_session(request_id)
@@ -253,7 +264,8 @@ class Scheduler:
 
 
 class Cluster:
-    """A serving engine's processes for one model: ``world_size`` worker ranks and the scheduler.
+    """A serving engine's processes for one model: ``world_size`` worker ranks and the
+    scheduler.
 
     Each rank registers its KV caches and stores the model's first prompt at
     start (``stored``). Kept alive across a module's tests; ``close`` returns the
@@ -289,7 +301,8 @@ class Cluster:
         self.ready = [worker.next_result()["phase"] for worker in self.ranks]
 
     def retrieve(self, request_id: str) -> list[dict]:
-        """Every rank retrieves the first prompt under the lookup ``request_id``; their results."""
+        """Every rank retrieves the first prompt under the lookup ``request_id``; their
+        results."""
         for worker in self.ranks:
             worker.retrieve(request_id)
         return [worker.next_result() for worker in self.ranks]

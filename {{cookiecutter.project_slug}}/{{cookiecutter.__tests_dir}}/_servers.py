@@ -46,15 +46,17 @@ PLUGIN_SERVER_ENV: dict[str, str | None] = {
     "{{ cookiecutter.__emulator_env_var }}": os.environ.get("{{ cookiecutter.__emulator_env_var }}", "1"),
 {%- endif %}
 }
-#: The servers the suite shares, by kind: transfer mode, an SHM pool, and whether it runs this plugin
-#: (the LMCache-driven kinds, which only make sense when the spec offers LMCache-driven transfer).
+#: The servers the suite shares, by kind: transfer mode, an SHM pool, and whether it
+#: runs this plugin (the LMCache-driven kinds, which only make sense when the spec
+#: offers LMCache-driven transfer).
 SERVER_KINDS: dict[str, dict[str, Any]] = {
     "engine-pickle": {"transfer_mode": "engine_driven"},
     "engine-shm": {"transfer_mode": "engine_driven", "shm": True},
     "lmcache-driven": {"transfer_mode": "lmcache_driven", "plugin": True},
     "auto": {"transfer_mode": "auto", "plugin": True},
 }
-#: LMCache names a server's SHM pool ``lmcache_l1_pool_<--shm-name>``; the suite's pools start so.
+#: LMCache names a server's SHM pool ``lmcache_l1_pool_<--shm-name>``; the suite's pools
+#: start so.
 SHM_POOL_PREFIX = "lmcache_l1_pool_e2e_"
 
 
@@ -69,13 +71,15 @@ def shm_entries() -> set[str]:
 
 
 def new_shm_entries(before: set[str]) -> list[str]:
-    """/dev/shm entries created since ``before``, except the SHM pools of the suite's own servers."""
+    """/dev/shm entries created since ``before``, except the SHM pools of the suite's
+    own servers."""
     return sorted(
         name for name in shm_entries() - before if not name.startswith(SHM_POOL_PREFIX)
     )
 
 
-#: Servers asked to stop and not yet reaped: waited for (killed if need be) when this process exits.
+#: Servers asked to stop and not yet reaped: waited for (killed if need be) when this
+#: process exits.
 _STOPPING: list[Any] = []
 
 
@@ -158,7 +162,8 @@ class LMCacheServer:
         )
 
     def stop(self, wait: bool = True, grace: float = 30) -> None:
-        """SIGINT by PID; with ``wait``, SIGKILL if it is still alive after ``grace`` seconds.
+        """SIGINT by PID; with ``wait``, SIGKILL if it is still alive after ``grace``
+        seconds.
 
         Without ``wait`` the server shuts down while the tests go on, and this
         process reaps it when it exits.
@@ -190,7 +195,8 @@ class LMCacheServer:
             return json.loads(reply.read())
 
     def l1_status(self) -> dict:
-        """The default L1 manager's counters (``/status`` nests them differently per release)."""
+        """The default L1 manager's counters (``/status`` nests them differently per
+        release)."""
         storage = self.status()["storage_manager"]
         if "l1_managers" in storage:  # lmcache 0.5.6: one entry per named L1 manager
             return storage["l1_managers"]["_default"]
@@ -201,7 +207,8 @@ class LMCacheServer:
 def running_server(
     log_path: Path, *, wait_stop: bool = False, **kwargs: Any
 ) -> Iterator[LMCacheServer]:
-    """A server of the caller's own, asked to stop when the block ends (waiting for it with ``wait_stop``)."""
+    """A server of the caller's own, asked to stop when the block ends (waiting for it
+    with ``wait_stop``)."""
     server = LMCacheServer(log_path, **kwargs)
     server.start()
     try:
@@ -211,7 +218,8 @@ def running_server(
 
 
 class SharedServers:
-    """One server per kind of ``SERVER_KINDS``, started on first use, all stopped at the end of the run."""
+    """One server per kind of ``SERVER_KINDS``, started on first use, all stopped at the
+    end of the run."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir

@@ -41,22 +41,24 @@ import sys
 import tempfile
 import threading
 
-#: Third-party modules the suite's programs import, loaded once by the zygote (absent ones are left out).
+#: Third-party modules the suite's programs import, loaded once by the zygote (absent
+#: ones are left out).
 PRELOAD = ("torch", "numpy", "zmq", "msgspec", "transformers", "fastapi", "uvicorn", "aiohttp", "httpx",
            "prometheus_client", "google.cloud.bigtable.data", "numba")  # fmt: skip
-#: Environment variables a forked program may set differently from the zygote (none is read by ``PRELOAD``;
-#: pytest changes PYTEST_CURRENT_TEST for every test).
+#: Environment variables a forked program may set differently from the zygote (none is
+#: read by ``PRELOAD``; pytest changes PYTEST_CURRENT_TEST for every test).
 SAFE_TO_VARY = ("LMCACHE_", "DEVICE_TYPE", "PYTHONPATH", "PYTEST_")
-#: Environment for every program the tests start, and for the zygote: no telemetry, quiet banner,
-#: one torch thread (two cores make oversubscription swing timings 5-50x).
+#: Environment for every program the tests start, and for the zygote: no telemetry,
+#: quiet banner, one torch thread (two cores make oversubscription swing timings 5-50x).
 QUIET_ENV = {
     "LMCACHE_TRACK_USAGE": "false",
     "DO_NOT_TRACK": "1",
     "LMCACHE_DISABLE_BANNER": "1",
     "OMP_NUM_THREADS": "1",
 }
-#: The zygote imports ``PRELOAD`` without torch's device-backend autoloading, which would load the device's
-#: extension (a vendor's, or the CPU emulator) with the zygote's environment; each child runs it itself.
+#: The zygote imports ``PRELOAD`` without torch's device-backend autoloading, which
+#: would load the device's extension (a vendor's, or the CPU emulator) with the zygote's
+#: environment; each child runs it itself.
 NO_AUTOLOAD = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 #: Set to 1 to start every program as a plain subprocess.
 FRESH_ENV_VAR = "LMCACHE_TESTS_FRESH_INTERPRETERS"
@@ -66,7 +68,8 @@ def popen(
     argv: Sequence[str], *, env: Mapping[str, str], cwd: str | Path | None = None, stdin: Any = None,
     stdout: Any = None, stderr: Any = None, text: bool = False, start_new_session: bool = False, fresh: bool = False,
 ) -> Any:  # fmt: skip
-    """``subprocess.Popen(argv, ...)``: forked from the zygote when it can be, else a plain subprocess.
+    """``subprocess.Popen(argv, ...)``: forked from the zygote when it can be, else a
+    plain subprocess.
 
     Streams are None (inherit), ``subprocess.PIPE`` (stdin/stdout), an open file,
     or ``subprocess.STDOUT`` (stderr)."""
@@ -94,7 +97,8 @@ def run(
     timeout: float,
     fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run(argv, capture_output=True, text=True, timeout=...)`` through ``popen``."""
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=...)`` through
+    ``popen``."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         process = popen(
             argv,
@@ -137,7 +141,8 @@ def _forkable(argv: list[str], env: Mapping[str, str]) -> bool:
 
 
 def _is_python_script(path: str) -> bool:
-    """A console script of this interpreter (``#!<sys.executable>``), such as ``lmcache``."""
+    """A console script of this interpreter (``#!<sys.executable>``), such as
+    ``lmcache``."""
     try:
         with open(path, "rb") as script:
             return script.readline().strip() == b"#!" + os.fsencode(sys.executable)
@@ -146,7 +151,8 @@ def _is_python_script(path: str) -> bool:
 
 
 class ForkedProcess:
-    """The parts of ``subprocess.Popen`` the suite uses, for a program the zygote forked.
+    """The parts of ``subprocess.Popen`` the suite uses, for a program the zygote
+    forked.
 
     The zygote is the program's parent: it reports the exit status on this
     program's own connection. Signals go to the PID directly."""
@@ -215,7 +221,8 @@ class ForkedProcess:
 
 
 class _Zygote:
-    """The client side: starts the zygote (``python _zygote.py``) and asks it for children."""
+    """The client side: starts the zygote (``python _zygote.py``) and asks it for
+    children."""
 
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(
@@ -276,14 +283,15 @@ class _Zygote:
         return ForkedProcess(argv, conn, ends[0], ends[1])
 
     def close(self) -> None:
-        """EOF on its stdin: the zygote waits for its children (killing them after 60 s) and exits."""
+        """EOF on its stdin: the zygote waits for its children (killing them after 60 s)
+        and exits."""
         if self.process.stdin is not None:
             self.process.stdin.close()
 
 
 def socket_address(directory: str) -> str:
-    """The zygote's Unix socket: in Linux's abstract namespace (no file, and no 108-byte limit on the
-    temporary directory's path), named after the zygote's directory."""
+    """The zygote's Unix socket: in Linux's abstract namespace (no file, and no 108-byte
+    limit on the temporary directory's path), named after the zygote's directory."""
     return "\0" + os.path.basename(directory)
 
 

@@ -30,7 +30,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def child_env(overrides: Mapping[str, str | None] = ()) -> dict[str, str]:
-    """This process's environment plus ``overrides``; a value of None removes the variable."""
+    """This process's environment plus ``overrides``; a value of None removes the
+    variable."""
     env = {**os.environ, **_spawn.QUIET_ENV}
     for key, value in dict(overrides).items():
         if value is None:
@@ -47,8 +48,9 @@ def run_python(
     *,
     fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a new process (LMCache caches its registry per process), forked from the suite's
-    zygote unless ``fresh`` (tests of what a new interpreter imports; see _spawn.py)."""
+    """Run ``code`` in a new process (LMCache caches its registry per process), forked
+    from the suite's zygote unless ``fresh`` (tests of what a new interpreter imports;
+    see _spawn.py)."""
     # Outside the source tree's src/ on sys.path.
     return _spawn.run([sys.executable, "-c", code], env=child_env(env), timeout=timeout, cwd=HERE.parent.parent,
                       fresh=fresh)  # fmt: skip
@@ -57,8 +59,9 @@ def run_python(
 def gather_to_cpu(
     kv: dict[str, torch.Tensor], *args: Any, **kwargs: Any
 ) -> list[torch.Tensor]:
-    """LMCache's ``gather_paged_kv_to_cpu``, then a synchronization of the KV caches' device: its copies
-    into the CPU chunks may still run when it returns (its docstring leaves synchronizing to the caller)."""
+    """LMCache's ``gather_paged_kv_to_cpu``, then a synchronization of the KV caches'
+    device: its copies into the CPU chunks may still run when it returns (its docstring
+    leaves synchronizing to the caller)."""
     # First Party
     from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu
 
@@ -69,21 +72,26 @@ def gather_to_cpu(
     return chunks
 
 
-#: A call that returns within this many seconds did not wait for a held stream (held() holds it for 5 s).
+#: A call that returns within this many seconds did not wait for a held stream (held()
+#: holds it for 5 s).
 RETURNS_AT_ONCE = 1.0
-#: Seconds after which work queued on any stream but a held one has run (the emulator's latency is 200 µs).
+#: Seconds after which work queued on any stream but a held one has run (the emulator's
+#: latency is 200 µs).
 SETTLE = 0.1
 
 
 class Hold:
-    """What ``held()`` gives its block: how long the block's calls took, and a wait for other streams' work."""
+    """What ``held()`` gives its block: how long the block's calls took, and a wait for
+    other streams' work."""
 
     def __init__(self) -> None:
         self.started = time.monotonic()
 
     def settle(self) -> float:
-        """Seconds since the block began (its calls' duration), then wait ``SETTLE``: anything the calls
-        queued on another stream, or ran on the host, has happened by the time this returns."""
+        """Seconds since the block began (its calls' duration), then wait ``SETTLE``:
+        anything the calls
+        queued on another stream, or ran on the host, has happened by the time this
+        returns."""
         took = time.monotonic() - self.started
         time.sleep(SETTLE)
         return took
@@ -91,8 +99,10 @@ class Hold:
 
 @contextmanager
 def held(stream: Any, timeout: float = 5) -> Iterator[Hold]:
-    """``stream`` blocked behind a host function until the block ends (or ``timeout``): work queued on it
-    meanwhile has not run, deterministically. Skips the test on a runtime without ``launch_host_func``."""
+    """``stream`` blocked behind a host function until the block ends (or ``timeout``):
+    work queued on it
+    meanwhile has not run, deterministically. Skips the test on a runtime without
+    ``launch_host_func``."""
     # Third Party
     import pytest
 
@@ -109,7 +119,8 @@ def held(stream: Any, timeout: float = 5) -> Iterator[Hold]:
         gate.set()
 
 
-#: Paged KV geometry shared by the op-level tests: block size, blocks, heads, head size, layers.
+#: Paged KV geometry shared by the op-level tests: block size, blocks, heads, head size,
+#: layers.
 BS, NB, NH, HS, LAYERS = 16, 12, 2, 32, 3
 #: Flat block ids of three two-block chunks, out of order.
 BLOCK_IDS = [5, 1, 3, 7, 10, 0]
@@ -147,7 +158,8 @@ def fake_plugin(
     root: Path, dist: str, entry_point: str, module: str, source: str
 ) -> Path:
     """Install a one-module distribution with one ``{{ cookiecutter._entry_point_group }}`` entry point
-    into ``root`` (put ``root`` on ``PYTHONPATH``), as LMCache's own registry tests fake plugins."""
+    into ``root`` (put ``root`` on ``PYTHONPATH``), as LMCache's own registry tests fake
+    plugins."""
     (root / f"{module}.py").write_text(textwrap.dedent(source))
     info = root / f"{dist}-0.0.dist-info"
     info.mkdir(parents=True)
@@ -158,7 +170,8 @@ def fake_plugin(
     return root
 
 
-#: A fake spec claiming this device type; ``__BACKEND__`` is replaced by its backend name.
+#: A fake spec claiming this device type; ``__BACKEND__`` is replaced by its backend
+#: name.
 RIVAL_SPEC = """
     from lmcache.v1.platform.base.device_spec import DeviceSpec
 
@@ -176,7 +189,8 @@ RIVAL_SPEC = """
 
 
 def baseline_loaded_cuda_runtime() -> bool:
-    """Whether LMCache's pointer-mode ``lmcache_memcpy_async`` baseline has loaded libcudart.
+    """Whether LMCache's pointer-mode ``lmcache_memcpy_async`` baseline has loaded
+    libcudart.
 
     The baseline loads the CUDA (or HIP) runtime on first pointer-mode use,
     which cannot address non-CUDA device memory; the conformance tests assert

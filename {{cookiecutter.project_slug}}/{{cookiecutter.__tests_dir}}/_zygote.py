@@ -30,8 +30,9 @@ from _spawn import PRELOAD, socket_address
 
 
 def _serve(address: str) -> dict[str, Any] | None:
-    """Import ``PRELOAD``, then fork a child per request until the suite's end of our stdin and our
-    children are gone. Returns only in a child: its request, with the child's streams in place."""
+    """Import ``PRELOAD``, then fork a child per request until the suite's end of our
+    stdin and our children are gone. Returns only in a child: its request, with the
+    child's streams in place."""
     # Standard
     import importlib
 
@@ -111,7 +112,8 @@ def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
 
 
 def _reap(children: dict[int, socket.socket]) -> None:
-    """Tell each exited child's client its exit status (negative: the signal that ended it)."""
+    """Tell each exited child's client its exit status (negative: the signal that ended
+    it)."""
     while children:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
@@ -126,8 +128,9 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 def _autoload_device_backends() -> None:
-    """What ``import torch`` does last and the zygote skipped (``NO_AUTOLOAD``): call each ``torch.backends``
-    entry point (a vendor's extension, or the CPU emulator, which reads its variables now)."""
+    """What ``import torch`` does last and the zygote skipped (``NO_AUTOLOAD``): call
+    each ``torch.backends`` entry point (a vendor's extension, or the CPU emulator,
+    which reads its variables now)."""
     # Standard
     from importlib.metadata import entry_points
 

@@ -5,12 +5,14 @@
 LMCache reads these variables once, at ``import lmcache``, and torch loads the
 emulator (installed beside the plugin from
 ``{{ cookiecutter.__emulator_dir }}/``) at ``import torch``
-when ``{{ cookiecutter.__emulator_env_var }}=1``, so they are set here, before any test module
-imports either. Values already in the environment win: on real {{ cookiecutter.device_name }} hardware
-run ``{{ cookiecutter.__emulator_env_var }}=0 pytest``.
+when ``{{ cookiecutter.__emulator_env_var }}=1``, so they are set here, before any
+test module imports either. Values already in the environment win: on real
+{{ cookiecutter.device_name }} hardware run
+``{{ cookiecutter.__emulator_env_var }}=0 pytest``.
 """
 {%- else -%}
-"""Conformance-test setup: select the backend when this host has a {{ cookiecutter.device_name }} device.
+"""Conformance-test setup: select the backend when this host has a
+{{ cookiecutter.device_name }} device.
 
 LMCache reads these variables once, at ``import lmcache``, so they are set here,
 before any test module imports LMCache. Without a device (no
@@ -176,7 +178,8 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
 
 @pytest.fixture(scope="session")
 def spec():  # type: ignore[no-untyped-def]
-    """The DeviceSpec LMCache registered for this backend (in this process's registry)."""
+    """The DeviceSpec LMCache registered for this backend (in this process's
+    registry)."""
     # First Party
     from lmcache.v1.platform import get_device_spec
 
@@ -187,7 +190,8 @@ def spec():  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def lmcache_driven(spec):  # type: ignore[no-untyped-def]
-    """Skip unless the spec declares LMCache-driven transfer (IPC wrapper, events, cache context)."""
+    """Skip unless the spec declares LMCache-driven transfer (IPC wrapper, events, cache
+    context)."""
     if not spec.is_lmcache_driven_available() or spec.ipc_wrapper_cls is None:
         pytest.skip(
             f"{type(spec).__name__} does not offer LMCache-driven transfer (engine-driven only)"
@@ -197,7 +201,8 @@ def lmcache_driven(spec):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def servers(tmp_path_factory):  # type: ignore[no-untyped-def]
-    """The servers this run shares, one per kind, started on first use (see _servers.py)."""
+    """The servers this run shares, one per kind, started on first use (see
+    _servers.py)."""
     # Third Party
     from _servers import SharedServers
 
@@ -208,7 +213,8 @@ def servers(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def server(request, servers, spec):  # type: ignore[no-untyped-def]
-    """The shared server of the kind a test names: ``@pytest.mark.parametrize("server", [kind], indirect=True)``."""
+    """The shared server of the kind a test names:
+    ``@pytest.mark.parametrize("server", [kind], indirect=True)``."""
     # Third Party
     from _servers import SERVER_KINDS
 
@@ -220,7 +226,8 @@ def server(request, servers, spec):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def record_transfer_times(record_property):  # type: ignore[no-untyped-def]
-    """Record the E2E workers' store/retrieve times (conftest prints them after the run)."""
+    """Record the E2E workers' store/retrieve times (conftest prints them after the
+    run)."""
 
     def record(label: str, results: list[dict], world_size: int) -> None:
         for result in results:
@@ -238,7 +245,8 @@ def record_transfer_times(record_property):  # type: ignore[no-untyped-def]
     return record
 
 
-#: (path, phase, rank, ms, world size) per E2E transfer, from every test report (xdist workers' too).
+#: (path, phase, rank, ms, world size) per E2E transfer, from every test report (xdist
+#: workers' too).
 TRANSFER_TIMES: list[tuple[str, str, int, float, int]] = []
 
 
@@ -252,7 +260,8 @@ def pytest_runtest_logreport(report) -> None:  # type: ignore[no-untyped-def]
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
-    """Print the store/retrieve times the E2E workers measured, side by side (one run, one machine)."""
+    """Print the store/retrieve times the E2E workers measured, side by side (one run,
+    one machine)."""
     if not TRANSFER_TIMES:
         return
     terminalreporter.section("E2E transfer times (worker-side submit to result, ms)")
@@ -277,7 +286,8 @@ def on_emulator() -> bool:
 
 @pytest.fixture
 def runtime():  # type: ignore[no-untyped-def]
-    """The device runtime; skips the test where it is not loaded (no {{ cookiecutter.device_name }} device here)."""
+    """The device runtime; skips the test where it is not loaded (no
+    {{ cookiecutter.device_name }} device here)."""
     module = device_runtime()
     if module is None:
         pytest.skip("torch.{{ cookiecutter.__torch_module_name }} is not loaded: no {{ cookiecutter.device_name }} device here")
@@ -286,12 +296,14 @@ def runtime():  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def emulator(runtime):  # type: ignore[no-untyped-def]
-    """The runtime when it is the CPU emulator (injected faults, mapping counts); skips the test otherwise."""
+    """The runtime when it is the CPU emulator (injected faults, mapping counts); skips
+    the test otherwise."""
     if not on_emulator():
         pytest.skip("needs the CPU emulator ({{ cookiecutter.__emulator_env_var }}=1)")
     return runtime
 
 
 def open_mappings() -> int:
-    """IPC mappings open in this process (the CPU emulator reports them; a device runtime does not)."""
+    """IPC mappings open in this process (the CPU emulator reports them; a device
+    runtime does not)."""
     return int(device_runtime().ipc_mappings())

@@ -57,8 +57,8 @@ def kv_shape(
     head_size: int = HEAD_SIZE,
     layout: str = "flash",
 ) -> dict[str, tuple[int, ...]]:
-    """vLLM's layouts: flash attention (2, blocks, block_size, heads, head_size) per layer, or MLA's
-    one latent vector per token (blocks, block_size, head_size)."""
+    """vLLM's layouts: flash attention (2, blocks, block_size, heads, head_size) per
+    layer, or MLA's one latent vector per token (blocks, block_size, head_size)."""
     shape = (
         (blocks, BLOCK_SIZE, head_size)
         if layout == "mla"
@@ -68,12 +68,14 @@ def kv_shape(
 
 
 def block_of(layer: torch.Tensor, block: int, layout: str) -> torch.Tensor:
-    """One paged block of one layer, a view (the block dimension is MLA's first, flash attention's second)."""
+    """One paged block of one layer, a view (the block dimension is MLA's first, flash
+    attention's second)."""
     return layer[block] if layout == "mla" else layer[:, block]
 
 
 def engine_groups(layers: int, windows: list[int]) -> list[list[int]]:
-    """Layer indices per engine group: layer ``i`` is in group ``i % len(windows)`` (hybrid models interleave)."""
+    """Layer indices per engine group: layer ``i`` is in group ``i % len(windows)``
+    (hybrid models interleave)."""
     return [list(range(group, layers, len(windows))) for group in range(len(windows))]
 
 
@@ -84,8 +86,9 @@ def compare(
     source_blocks: list[int],
     layout: str,
 ) -> tuple[list[int], bool]:
-    """Positions ``i`` where ``target`` block ``target_blocks[i]`` holds ``stored`` block ``source_blocks[i]``
-    byte for byte, and whether any other byte of ``target`` (zeroed before the retrieve) is not zero."""
+    """Positions ``i`` where ``target`` block ``target_blocks[i]`` holds ``stored``
+    block ``source_blocks[i]`` byte for byte, and whether any other byte of ``target``
+    (zeroed before the retrieve) is not zero."""
     target, stored = target.cpu().view(torch.uint8), stored.view(torch.uint8)
     restored = [
         i
@@ -114,7 +117,8 @@ def source_kv(
 
 
 def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
-    """A registered ``LMCacheMPWorkerAdapter`` for this rank, engine-driven, short timeouts."""
+    """A registered ``LMCacheMPWorkerAdapter`` for this rank, engine-driven, short
+    timeouts."""
     # Third Party
     import zmq
 
@@ -208,7 +212,8 @@ def main() -> int:
     args.head_size = args.head_size or (
         MLA_HEAD_SIZE if args.layout == "mla" else HEAD_SIZE
     )
-    # The test sends SIGUSR1 before killing a stalled worker: the stacks land in its log.
+    # The test sends SIGUSR1 before killing a stalled worker: the stacks land in its
+    # log.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     # First Party
@@ -224,14 +229,16 @@ def main() -> int:
     )  # as a vLLM worker does: LMCache uses the current device
 
     def kv_for(first_token: int) -> dict[str, torch.Tensor]:
-        """The KV bytes stored under the prompt starting at ``first_token`` (CPU, recomputed on demand)."""
+        """The KV bytes stored under the prompt starting at ``first_token`` (CPU,
+        recomputed on demand)."""
         seed = 1000 + args.rank + 7919 * (first_token - args.first_token)
         return source_kv(
             args.layers, num_blocks, seed, args.heads, args.head_size, args.layout
         )
 
     expected = kv_for(args.first_token)
-    # Source worker: seeded KV in blocks [g, g + used_blocks) of engine group g (its own block ids).
+    # Source worker: seeded KV in blocks [g, g + used_blocks) of engine group g (its own
+    # block ids).
     groups = engine_groups(args.layers, args.sw_windows)
     group_of = {
         f"layer.{layer}": group
@@ -286,9 +293,10 @@ def main() -> int:
         for name, t in expected.items()
     }
     destination = make_adapter(args, target)
-    # LMCache starts an adapter's heartbeat (which re-registers its caches after a server
-    # restart) at its first store; vLLM's one adapter per worker stores early. This
-    # second instance only retrieves, so start it here (private API, test harness only).
+    # LMCache starts an adapter's heartbeat (which re-registers its caches after a
+    # server restart) at its first store; vLLM's one adapter per worker stores early.
+    # This second instance only retrieves, so start it here (private API, test harness
+    # only).
     getattr(destination, "_ensure_heartbeat_started", lambda: None)()
     # Reversed and disjoint from the stored range: retrieval must not depend
     # on block positions.
@@ -356,7 +364,8 @@ def main() -> int:
             )
         else:
             break
-    # Both instances unregister at once: each waits up to a heartbeat interval for its thread to stop.
+    # Both instances unregister at once: each waits up to a heartbeat interval for its
+    # thread to stop.
     closing = threading.Thread(target=destination.shutdown)
     closing.start()
     source.shutdown()

@@ -30,7 +30,8 @@ DEVICE = "{{ cookiecutter.device_name }}"
 SHAPE = (2, 32, 16, 2, 32)
 CHUNK = 32
 #: A hybrid model: two full-attention engine groups around a sliding-window one, so with
-#: separate_object_groups the full-attention object group is kernel groups 0 and 2, not a range.
+#: separate_object_groups the full-attention object group is kernel groups 0 and 2, not
+#: a range.
 HYBRID = [
     EngineGroupInfo(0, (0,)),
     EngineGroupInfo(1, (1,), sw_size_tokens=16),
@@ -45,7 +46,8 @@ def kv_caches(seed: int = 0) -> dict[str, torch.Tensor]:
 def test_cache_context_is_built_by_lmcaches_factory_and_complete(
     lmcache_driven,
 ) -> None:  # type: ignore[no-untyped-def]
-    """create_cache_context() dispatches to the plugin and returns a context with no abstract member left."""
+    """create_cache_context() dispatches to the plugin and returns a context with no
+    abstract member left."""
     source = kv_caches()  # the exporter keeps its memory alive while the server maps it
     context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
     assert type(context).__module__.startswith("{{ cookiecutter.__package }}.")
@@ -61,7 +63,8 @@ def test_cache_context_is_built_by_lmcaches_factory_and_complete(
 def test_closing_a_cache_context_drains_its_stream_before_unmapping_and_twice_closes_once(  # type: ignore[no-untyped-def]
     lmcache_driven, runtime, monkeypatch
 ) -> None:
-    """close() synchronizes its stream, then closes every wrapper once and drops the KV tensors; again, nothing."""
+    """close() synchronizes its stream, then closes every wrapper once and drops the KV
+    tensors; again, nothing."""
     log: list[str] = []
 
     class LoggedStream(runtime.Stream):  # type: ignore[misc, name-defined]
@@ -88,7 +91,8 @@ def test_closing_a_cache_context_drains_its_stream_before_unmapping_and_twice_cl
 def test_host_callbacks_of_a_cache_context_run_after_its_streams_work_and_return_at_once(
     lmcache_driven,
 ) -> None:  # type: ignore[no-untyped-def]
-    """cupy_stream.launch_host_func (LMCache releases events and read locks with it) waits for nothing itself."""
+    """cupy_stream.launch_host_func (LMCache releases events and read locks with it)
+    waits for nothing itself."""
     context = create_cache_context(
         wrap_kv_caches(kv_caches()), CHUNK, {"kv_layout": "NHD"}
     )
@@ -110,7 +114,8 @@ def test_host_callbacks_of_a_cache_context_run_after_its_streams_work_and_return
 def test_a_cache_context_that_fails_part_way_unmaps_what_it_had_mapped(
     lmcache_driven,
 ) -> None:  # type: ignore[no-untyped-def]
-    """The last layer failing to map after the others were mapped leaves no mapping behind (the wrappers stay alive)."""
+    """The last layer failing to map after the others were mapped leaves no mapping
+    behind (the wrappers stay alive)."""
     if not on_emulator():
         pytest.skip("mapping counts are observable on the CPU emulator only")
 
@@ -128,7 +133,8 @@ def test_a_cache_context_that_fails_part_way_unmaps_what_it_had_mapped(
     assert open_mappings() == before
 
 
-#: Per-layer shapes of the two layout families LMCache detects here: flash attention and MLA.
+#: Per-layer shapes of the two layout families LMCache detects here: flash attention and
+#: MLA.
 LAYER_SHAPES = {"flash-nhd": SHAPE, "mla": (32, 16, 64)}
 
 
@@ -136,7 +142,8 @@ LAYER_SHAPES = {"flash-nhd": SHAPE, "mla": (32, 16, 64)}
 def test_pointer_mode_transfer_into_the_staging_buffer_reproduces_the_paged_data(  # type: ignore[no-untyped-def]
     lmcache_driven, layout: str
 ) -> None:
-    """The server's call shape (device pointers everywhere) gathers the same bytes as LMCache's CPU gather."""
+    """The server's call shape (device pointers everywhere) gathers the same bytes as
+    LMCache's CPU gather."""
     # First Party
     from {{ cookiecutter.__package }}._lmcache_compat import TransferDirection
 
@@ -185,7 +192,8 @@ def overlap(a: range, b: range) -> bool:
 def test_hybrid_staging_gives_every_slot_its_own_bytes_and_each_object_group_exactly_its_kernel_groups(  # type: ignore[no-untyped-def]
     lmcache_driven, separate: bool
 ) -> None:
-    """Slots of every (batch entry, kernel group) are disjoint; an object group's buffer is its kernel groups' slots."""
+    """Slots of every (batch entry, kernel group) are disjoint; an object group's buffer
+    is its kernel groups' slots."""
     source = kv_caches(seed=8)
     context = create_cache_context(
         wrap_kv_caches(source),
@@ -227,7 +235,8 @@ def test_hybrid_staging_gives_every_slot_its_own_bytes_and_each_object_group_exa
 def test_a_sliding_window_group_stages_only_its_window_and_sizes_add_up(
     lmcache_driven,
 ) -> None:  # type: ignore[no-untyped-def]
-    """A window shorter than a chunk stages get_slots_per_chunk_in_sw() slots; cache_size_per_token sums every group."""
+    """A window shorter than a chunk stages get_slots_per_chunk_in_sw() slots;
+    cache_size_per_token sums every group."""
     source = kv_caches(seed=9)
     context = create_cache_context(
         wrap_kv_caches(source),
@@ -260,7 +269,8 @@ def test_a_sliding_window_group_stages_only_its_window_and_sizes_add_up(
 
 
 def test_layers_of_mixed_dtypes_stage_in_their_own_dtype(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """A bfloat16 group beside a float16 one: each kernel group's slot has its group's dtype and shape."""
+    """A bfloat16 group beside a float16 one: each kernel group's slot has its group's
+    dtype and shape."""
     source = {**seeded_kv(SHAPE, 10, layers=2, device=DEVICE)}
     source["layer.2"] = seeded_kv(
         SHAPE, 11, dtype=torch.bfloat16, layers=1, device=DEVICE
@@ -277,7 +287,8 @@ def test_layers_of_mixed_dtypes_stage_in_their_own_dtype(lmcache_driven) -> None
 def test_the_max_batch_size_is_configurable_and_bounds_the_staging_slots(
     lmcache_driven,
 ) -> None:  # type: ignore[no-untyped-def]
-    """A context built for two chunks at once stages two and refuses a third; a batch size of 0 is refused."""
+    """A context built for two chunks at once stages two and refuses a third; a batch
+    size of 0 is refused."""
     source = kv_caches(seed=13)
     built = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
     built.close()

@@ -32,12 +32,13 @@ PROBE = (
     import lmcache
     from lmcache.v1.platform import _DEVICE_REGISTRY, resolve_device_ops
     from lmcache.v1.platform._device_detect import DEVICE_PLUGIN_ENTRY_POINT_GROUP
-    after_import = sorted(m for m in sys.modules if m == __PACKAGE__ or m.startswith(__PACKAGE__ + "."))
-    ops = resolve_device_ops(__DEVICE__)
+    after_import = sorted(m for m in sys.modules if m == __PACKAGE__ or
+    m.startswith(__PACKAGE__ + ".")) ops = resolve_device_ops(__DEVICE__)
     name = lambda obj: type(obj).__module__ + "." + type(obj).__name__
 {%- if cookiecutter.ownership == 'wheel' %}
     compat = sys.modules[__PACKAGE__ + "._lmcache_compat"]  # loaded with the spec
-    release_range = [compat.SUPPORTED_LMCACHE, compat.TESTED_LMCACHE_VERSIONS, compat.installed_lmcache_version()]
+    release_range = [compat.SUPPORTED_LMCACHE, compat.TESTED_LMCACHE_VERSIONS,
+    compat.installed_lmcache_version()]
 {%- endif %}
     print(json.dumps(dict(
         registered=sorted(_DEVICE_REGISTRY),
@@ -58,17 +59,20 @@ PROBE = (
 )
 
 OUR_OPS = f"{PACKAGE}.device_ops.{{ cookiecutter.class_prefix }}DeviceOps"
-#: One xdist worker runs this module, so cases that share an environment share its probe.
+#: One xdist worker runs this module, so cases that share an environment share its
+#: probe.
 pytestmark = pytest.mark.xdist_group("discovery")
 
 
-#: Nothing selected and no device: what plain ``import lmcache`` sees on a host without one.
+#: Nothing selected and no device: what plain ``import lmcache`` sees on a host without
+#: one.
 PLAIN = {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None}
 _probes: dict[frozenset, tuple[dict, str]] = {}
 
 
 def probe(env: Mapping[str, str | None]) -> tuple[dict, str]:
-    """PROBE's findings and LMCache's log in a fresh interpreter with ``env`` (one interpreter per env)."""
+    """PROBE's findings and LMCache's log in a fresh interpreter with ``env`` (one
+    interpreter per env)."""
     key = frozenset(env.items())
     if key not in _probes:
         done = run_python(PROBE, env)
@@ -82,7 +86,8 @@ def probe(env: Mapping[str, str | None]) -> tuple[dict, str]:
 def test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an_entry_point() -> (
     None
 ):
-    """LMCache's scan of lmcache.v1.platform.devices finds the spec in ``__init__.py``; no entry point is used."""
+    """LMCache's scan of lmcache.v1.platform.devices finds the spec in ``__init__.py``;
+    no entry point is used."""
     done = run_python(
         "import json, lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY as r; "
         f"s = r.get({BACKEND!r}); print(json.dumps(s and [type(s).__module__, type(s).__name__]))",
@@ -100,7 +105,8 @@ def test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an
 def test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec_class() -> (
     None
 ):
-    """The wheel declares exactly one entry point, in LMCache's group, named backend_name."""
+    """The wheel declares exactly one entry point, in LMCache's group, named
+    backend_name."""
     ours = [
         ep
         for ep in metadata.entry_points(group="{{ cookiecutter._entry_point_group }}")
@@ -131,7 +137,8 @@ def test_lmcache_device_backend_selects_the_plugin_and_its_ops() -> None:
 
 
 def test_device_type_selects_the_plugin_without_a_backend_name() -> None:
-    """DEVICE_TYPE=<device> alone picks our backend, the only available one of that type."""
+    """DEVICE_TYPE=<device> alone picks our backend, the only available one of that
+    type."""
     result, log = probe(
         {"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": DEVICE, EMULATOR: "1"}
     )
@@ -151,7 +158,8 @@ def test_auto_detection_selects_the_plugin_when_its_device_is_available() -> Non
 
 @pytest.mark.without_device
 def test_backend_reports_unavailable_when_its_torch_module_is_missing() -> None:
-    """Without torch.<device> the plugin says so, and LMCache refuses the explicit selection."""
+    """Without torch.<device> the plugin says so, and LMCache refuses the explicit
+    selection."""
     env = {"LMCACHE_DEVICE_BACKEND": BACKEND, "DEVICE_TYPE": None, EMULATOR: "0"}
     done = run_python("import lmcache", env)
     if done.returncode == 0:
@@ -165,7 +173,8 @@ def test_backend_reports_unavailable_when_its_torch_module_is_missing() -> None:
 
 @pytest.mark.without_device
 def test_registry_build_imports_only_the_spec_module() -> None:
-    """Plain ``import lmcache`` loads the spec module, the names and the compat layer, nothing heavier."""
+    """Plain ``import lmcache`` loads the spec module, the names and the compat layer,
+    nothing heavier."""
     result, log = probe(PLAIN)
     assert BACKEND in result["registered"], log[-3000:]
     assert "Failed to load LMCache device plugin" not in log
@@ -179,7 +188,8 @@ def test_registry_build_imports_only_the_spec_module() -> None:
 
 @pytest.mark.without_device
 def test_importing_the_package_first_does_not_start_lmcache_discovery() -> None:
-    """``import <package>`` before ``import lmcache`` leaves LMCache unimported (else the plugin is skipped)."""
+    """``import <package>`` before ``import lmcache`` leaves LMCache unimported (else
+    the plugin is skipped)."""
     done = run_python(
         f"import sys, {PACKAGE}; assert 'lmcache' not in sys.modules and 'torch' not in sys.modules; "
         f"import lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY; print({BACKEND!r} in _DEVICE_REGISTRY)",
@@ -192,7 +202,8 @@ def test_importing_the_package_first_does_not_start_lmcache_discovery() -> None:
 
 @pytest.mark.without_device
 def test_plugin_refuses_to_load_on_an_untested_lmcache_release() -> None:
-    """On an LMCache release outside the tested range, loading fails loudly and names the range."""
+    """On an LMCache release outside the tested range, loading fails loudly and names
+    the range."""
     code = textwrap.dedent(
         """
         import importlib.metadata as md
@@ -215,7 +226,8 @@ def test_plugin_refuses_to_load_on_an_untested_lmcache_release() -> None:
 
 @pytest.mark.without_device
 def test_declared_lmcache_range_is_exactly_the_tested_releases() -> None:
-    """pyproject's lmcache requirement spans the tested releases, oldest to newest, and admits the installed one."""
+    """pyproject's lmcache requirement spans the tested releases, oldest to newest, and
+    admits the installed one."""
     # Third Party
     from packaging.requirements import Requirement
     from packaging.version import Version

@@ -41,7 +41,8 @@ _ids = itertools.count()
 def cluster(
     server: LMCacheServer, world_size: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    """``world_size`` engine-driven ranks of one model on the shared server, for this module's tests."""
+    """``world_size`` engine-driven ranks of one model on the shared server, for this
+    module's tests."""
     log_dir = tmp_path_factory.mktemp(f"ranks-{server.transfer_mode}-tp{world_size}")
     model = f"e2e-{'shm' if server.shm_name else 'pickle'}-tp{world_size}"
     ranks = Cluster(server, log_dir, model=model, world_size=world_size, tokens=TOKENS)
@@ -59,7 +60,8 @@ def test_store_lookup_retrieve_round_trip_is_byte_exact(
     world_size: int,
     record_transfer_times: Callable[..., None],
 ) -> None:
-    """Stored KV comes back byte for byte into zeroed caches, on this sub-path, for every rank."""
+    """Stored KV comes back byte for byte into zeroed caches, on this sub-path, for
+    every rank."""
     sub_path = "engine-shm" if server.shm_name else "engine-pickle"
     for result in cluster.stored:
         assert result["phase"] == "store" and result["ok"], result["log"][-3000:]
@@ -99,7 +101,8 @@ def test_lookup_misses_before_any_store(cluster: Cluster) -> None:
 @pytest.mark.parametrize("world_size", [1], ids=["tp1"], scope="module")
 @pytest.mark.parametrize("server", list(SUB_PATHS), indirect=True)
 def test_retrieve_without_a_lookup_is_refused(cluster: Cluster) -> None:
-    """A retrieve the scheduler never looked up fails instead of returning stale or zero bytes."""
+    """A retrieve the scheduler never looked up fails instead of returning stale or zero
+    bytes."""
     (rank,) = cluster.ranks
     rank.retrieve(f"never-looked-up-{next(_ids)}")
     result = rank.next_result()

@@ -36,13 +36,15 @@ pytestmark = pytest.mark.e2e
 
 TOKENS = 4 * CHUNK
 DEVICE = "{{ cookiecutter.device_name }}"
-#: The shared servers running this plugin: LMCache-driven only, and ``auto`` (both kinds of worker).
+#: The shared servers running this plugin: LMCache-driven only, and ``auto`` (both kinds
+#: of worker).
 SERVER_KINDS = ["lmcache-driven", "auto"]
 _ids = itertools.count()
 
 
 def worker_mode(server: LMCacheServer, spec) -> str:  # type: ignore[no-untyped-def]
-    """Against an ``auto`` server, let workers use ``auto`` when the spec makes LMCache-driven the default."""
+    """Against an ``auto`` server, let workers use ``auto`` when the spec makes
+    LMCache-driven the default."""
     # First Party
     # after lmcache
     from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode
@@ -59,7 +61,8 @@ def cluster(  # type: ignore[no-untyped-def]
     world_size: int,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Cluster]:
-    """``world_size`` LMCache-driven ranks of one model on the shared server; none leaves /dev/shm behind."""
+    """``world_size`` LMCache-driven ranks of one model on the shared server; none
+    leaves /dev/shm behind."""
     shm_before = shm_entries()
     log_dir = tmp_path_factory.mktemp(f"ranks-{server.transfer_mode}-tp{world_size}")
     ranks = Cluster(server, log_dir, model=f"ld-{server.transfer_mode}-tp{world_size}", world_size=world_size,
@@ -81,7 +84,8 @@ def test_round_trip_is_byte_exact_with_the_server_running_the_plugin(
     world_size: int,
     record_transfer_times: Callable[..., None],
 ) -> None:
-    """Store, poll the lookup until committed, retrieve into zeroed caches: identical bytes on every rank."""
+    """Store, poll the lookup until committed, retrieve into zeroed caches: identical
+    bytes on every rank."""
     for result in cluster.stored:
         assert result["ok"], result["log"][-3000:]
         assert result["transfer_context"] == "LMCacheDrivenTransferContext", result[
@@ -118,8 +122,9 @@ def test_round_trip_is_byte_exact_with_the_server_running_the_plugin(
 def test_mla_latent_caches_round_trip_byte_exact_through_the_server(  # type: ignore[no-untyped-def]
     server: LMCacheServer, spec, tmp_path: Path
 ) -> None:
-    """MLA (one latent vector per token: (blocks, block_size, head_size) per layer, ``mla_only``): stored
-    and retrieved by the server through this plugin's IPC wrapper, cache context and ops, identical bytes."""
+    """MLA (one latent vector per token: (blocks, block_size, head_size) per layer,
+    ``mla_only``): stored and retrieved by the server through this plugin's IPC wrapper,
+    cache context and ops, identical bytes."""
     ranks = Cluster(server, tmp_path, model=f"ld-mla-{next(_ids)}", world_size=1, tokens=TOKENS,
                     mode=worker_mode(server, spec), layout="mla")  # fmt: skip
     try:
@@ -141,14 +146,16 @@ def test_mla_latent_caches_round_trip_byte_exact_through_the_server(  # type: ig
         assert ranks.close() == [0], "the rank must unregister and exit cleanly"
 
 
-#: A hybrid model's engine groups, by sliding window in tokens: full attention (-1), a window shorter
-#: than a chunk (each chunk keeps only its last window) and one longer (the chunks it reaches, whole).
+#: A hybrid model's engine groups, by sliding window in tokens: full attention (-1), a
+#: window shorter than a chunk (each chunk keeps only its last window) and one longer
+#: (the chunks it reaches, whole).
 HYBRID_WINDOWS = [-1, CHUNK // 2, CHUNK + CHUNK // 2]
 
 
 def restored_blocks(window: int) -> list[int]:
-    """The prompt's blocks a retrieve restores for a group with this window: LMCache reads the chunks the
-    window reaches from the end, and of each only the last ``window`` tokens (all of them without one)."""
+    """The prompt's blocks a retrieve restores for a group with this window: LMCache
+    reads the chunks the window reaches from the end, and of each only the last
+    ``window`` tokens (all of them without one)."""
     if window < 0:
         return list(range(TOKENS // BLOCK_SIZE))
     chunks, kept = -(-window // CHUNK), min(window, CHUNK)
@@ -163,9 +170,10 @@ def restored_blocks(window: int) -> list[int]:
 def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothing_else(  # type: ignore[no-untyped-def]
     spec, tmp_path: Path
 ) -> None:
-    """Sliding-window and full-attention layers in their own engine groups (own block ids), on a server with
-    ``--separate-object-groups``: full attention comes back whole, each window exactly its blocks, through
-    this plugin's staging; no other byte of any layer changes."""
+    """Sliding-window and full-attention layers in their own engine groups (own block
+    ids), on a server with ``--separate-object-groups``: full attention comes back
+    whole, each window exactly its blocks, through this plugin's staging; no other byte
+    of any layer changes."""
     if not spec.is_lmcache_driven_available():
         pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
     windows = ",".join(map(str, HYBRID_WINDOWS))
@@ -179,7 +187,8 @@ def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothin
                 "hybrid", token_ids(TOKENS), TOKENS
             )
             assert hit == TOKENS, "the store was acknowledged but never committed"
-            # Each group holds, per chunk, K and V of its 2 layers for the tokens it keeps.
+            # Each group holds, per chunk, K and V of its 2 layers for the tokens it
+            # keeps.
             kept_tokens = sum(
                 min(CHUNK, window) if window > 0 else CHUNK for window in HYBRID_WINDOWS
             )
@@ -206,7 +215,8 @@ def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothin
 def test_a_killed_worker_leaves_nothing_in_dev_shm(
     server: LMCacheServer, spec, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    """SIGKILL a registered worker: no /dev/shm segment survives it, and the server stays healthy."""
+    """SIGKILL a registered worker: no /dev/shm segment survives it, and the server
+    stays healthy."""
     shm_before = shm_entries()
     mode = worker_mode(server, spec)
     model = f"ld-kill-{server.transfer_mode}-{next(_ids)}"

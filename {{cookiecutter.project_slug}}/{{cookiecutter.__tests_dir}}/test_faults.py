@@ -36,14 +36,16 @@ DEVICE = "{{ cookiecutter.device_name }}"
 DEADLINE_S = 30
 #: Short LMCache timeouts: every failure below must surface well inside DEADLINE_S.
 MQ_TIMEOUT = "5"
-#: Shorter still where the failure can only surface as a timeout (a frozen server, a store it drops).
+#: Shorter still where the failure can only surface as a timeout (a frozen server, a
+#: store it drops).
 TIMED_OUT_MQ_TIMEOUT = "2"
 
 # ------------------------------------------------------------- server --
 
 
 def engine_server(tmp_path: Path, **kwargs: Any) -> Any:
-    """An engine-driven server of the test's own (context manager), for faults that break it."""
+    """An engine-driven server of the test's own (context manager), for faults that
+    break it."""
     return running_server(
         tmp_path / "server.log", transfer_mode="engine_driven", **kwargs
     )
@@ -52,7 +54,8 @@ def engine_server(tmp_path: Path, **kwargs: Any) -> Any:
 def start_worker(
     server: LMCacheServer, tmp_path: Path, name: str, mq_timeout: str = MQ_TIMEOUT
 ) -> Worker:
-    """A registered worker rank of model ``fault-<name>`` that stored its first 2-chunk prompt."""
+    """A registered worker rank of model ``fault-<name>`` that stored its first 2-chunk
+    prompt."""
     worker = Worker(server.url, model=f"fault-{name}", rank=0, world_size=1, tokens=2 * CHUNK,
                     log_path=tmp_path / f"{name}-worker.log",
                     extra_args=["--mq-timeout", mq_timeout, "--layers", "2"])  # fmt: skip
@@ -71,7 +74,8 @@ def round_trip(
     first: int,
     tokens: int = 2 * CHUNK,
 ) -> dict:
-    """Store ``tokens`` tokens from ``first``, look them up, retrieve them; the retrieve result."""
+    """Store ``tokens`` tokens from ``first``, look them up, retrieve them; the retrieve
+    result."""
     worker.store(first)
     stored = worker.next_result()
     assert stored["ok"], stored.get("error")
@@ -89,7 +93,8 @@ def round_trip(
 
 @dataclass
 class DeadServer:
-    """A worker whose server died with a store in flight: what the worker saw, and where to restart it."""
+    """A worker whose server died with a store in flight: what the worker saw, and where
+    to restart it."""
 
     worker: Worker
     port: int
@@ -101,7 +106,8 @@ class DeadServer:
 
 @pytest.fixture(scope="module")
 def died_mid_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeadServer]:
-    """Server frozen (SIGSTOP), a store submitted (surely in flight), server killed (SIGKILL)."""
+    """Server frozen (SIGSTOP), a store submitted (surely in flight), server killed
+    (SIGKILL)."""
     log_dir = tmp_path_factory.mktemp("died-mid-store")
     server = LMCacheServer(log_dir / "first.log", "engine_driven")
     server.start()
@@ -128,7 +134,8 @@ def died_mid_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeadSer
 def test_a_store_in_flight_when_the_server_dies_fails_within_the_deadline(
     died_mid_store: DeadServer,
 ) -> None:
-    """Server frozen, store submitted, server killed: the store reports failure in < 30 s; the worker lives on."""
+    """Server frozen, store submitted, server killed: the store reports failure in < 30
+    s; the worker lives on."""
     assert died_mid_store.seconds < DEADLINE_S
     result = died_mid_store.store
     assert result["phase"] == "store" and result["ok"] is False, result.get("error")
@@ -140,7 +147,8 @@ def test_a_store_in_flight_when_the_server_dies_fails_within_the_deadline(
 def test_a_restarted_server_gets_the_workers_caches_again_and_serves_exact_bytes(
     died_mid_store: DeadServer,
 ) -> None:
-    """A new server on the dead one's port: the worker re-registers, and a round trip is exact."""
+    """A new server on the dead one's port: the worker re-registers, and a round trip is
+    exact."""
     worker = died_mid_store.worker
     with running_server(died_mid_store.log_dir / "second.log", transfer_mode="engine_driven",
                         port=died_mid_store.port) as second:  # fmt: skip
@@ -174,9 +182,11 @@ def test_a_restarted_server_gets_the_workers_caches_again_and_serves_exact_bytes
 def test_a_token_range_that_is_not_chunk_aligned_stores_nothing_and_the_server_says_why(
     server: LMCacheServer, tmp_path: Path
 ) -> None:
-    """A store of a partial chunk reports failure within 30 s, stores nothing, and the server log names the rule."""
+    """A store of a partial chunk reports failure within 30 s, stores nothing, and the
+    server log names the rule."""
     tokens = CHUNK + BLOCK_SIZE  # one chunk and one block
-    # Registered, with an aligned prompt stored; the server drops the partial store, so it times out.
+    # Registered, with an aligned prompt stored; the server drops the partial store, so
+    # it times out.
     worker = start_worker(server, tmp_path, "aligned", mq_timeout=TIMED_OUT_MQ_TIMEOUT)
     try:
         started = time.monotonic()
@@ -210,9 +220,11 @@ def test_a_token_range_that_is_not_chunk_aligned_stores_nothing_and_the_server_s
 def test_a_full_l1_drops_stores_that_say_true_and_only_the_lookup_tells(
     tmp_path: Path,
 ) -> None:
-    """Twelve 256 KiB prompts into a 1 MiB L1: the stores say True, yet lookups find later prompts missing."""
+    """Twelve 256 KiB prompts into a 1 MiB L1: the stores say True, yet lookups find
+    later prompts missing."""
     prompts = [100_000 + i * 4 * CHUNK for i in range(12)]
-    # A non-lazy L1: with a pin-capable device LMCache makes L1 lazy, which grows past 1 MiB here.
+    # A non-lazy L1: with a pin-capable device LMCache makes L1 lazy, which grows past 1
+    # MiB here.
     with engine_server(tmp_path, l1_size_gb=0.001, lazy_l1=False) as server:
         worker = Worker(server.url, model="fault-full", rank=0, world_size=1, tokens=4 * CHUNK,
                         log_path=tmp_path / "worker.log", extra_args=["--mq-timeout", MQ_TIMEOUT])  # fmt: skip
@@ -247,29 +259,34 @@ BAD_KV = textwrap.dedent(
     import json, sys, time
     import lmcache, torch, zmq
     from lmcache.integration.vllm import vllm_multi_process_adapter as mp
-    from {{ cookiecutter.__package }}._lmcache_compat import recorded_event, register_kv_caches
+    from {{ cookiecutter.__package }}._lmcache_compat import
+    recorded_event, register_kv_caches
 
     url, fault = sys.argv[1], sys.argv[2]
-    kv = {f"layer.{i}": torch.ones((2, 12, 16, 2, 32), dtype=torch.float16, device=__DEVICE__) for i in range(2)}
-    if fault == "mixed-shapes":
-        kv["layer.1"] = torch.ones((2, 12, 16, 2, 16), dtype=torch.float16, device=__DEVICE__)
+    kv = {f"layer.{i}": torch.ones((2, 12, 16, 2, 32), dtype=torch.float16,
+    device=__DEVICE__) for i in range(2)} if fault == "mixed-shapes":
+        kv["layer.1"] = torch.ones((2, 12, 16, 2, 16), dtype=torch.float16,
+        device=__DEVICE__)
     elif fault == "mixed-dtypes":
         kv["layer.1"] = kv["layer.1"].to(torch.bfloat16)
     elif fault == "mixed-devices":
         kv["layer.1"] = kv["layer.1"].cpu()
     strategy = mp.ParallelStrategy(
-        mla_only=False, vllm_world_size=1, vllm_worker_id=0, tp_size=1, pp_size=1, n_servers=1
+        mla_only=False, vllm_world_size=1, vllm_worker_id=0, tp_size=1, pp_size=1,
+        n_servers=1
     )
-    config = {"lmcache.mp.mq_timeout": 5.0, "lmcache.mp.mp_transfer_mode": "engine_driven"}
+    config = {"lmcache.mp.mq_timeout": 5.0, "lmcache.mp.mp_transfer_mode":
+    "engine_driven"}
     model = "fault-kv-" + fault
-    adapter = mp.LMCacheMPWorkerAdapter(url, zmq.Context.instance(), model, 16, strategy, extra_config=config)
-    outcome = {"registered": False, "stored": None, "error": ""}
-    try:
+    adapter = mp.LMCacheMPWorkerAdapter(url, zmq.Context.instance(), model, 16,
+    strategy, extra_config=config) outcome = {"registered": False, "stored": None,
+    "error": ""} try:
         register_kv_caches(adapter, kv)
         outcome["registered"] = True
-        op = mp.LoadStoreOp(token_ids=list(range(64)), block_ids=[[0, 1, 2, 3]], start=0, end=64)
-        adapter.submit_store_request(model, op, recorded_event(adapter, __DEVICE__))
-        outcome["stored"] = bool(adapter.store_futures[model].result(timeout=10))
+        op = mp.LoadStoreOp(token_ids=list(range(64)), block_ids=[[0, 1, 2, 3]],
+        start=0, end=64) adapter.submit_store_request(model, op, recorded_event(adapter,
+        __DEVICE__)) outcome["stored"] =
+        bool(adapter.store_futures[model].result(timeout=10))
     except Exception as exc:
         outcome["error"] = f"{type(exc).__name__}: {exc}"
     print(json.dumps(outcome), flush=True)
@@ -296,7 +313,8 @@ BAD_KV = textwrap.dedent(
 def test_malformed_kv_caches_are_refused_with_a_reason_and_store_nothing(
     server: LMCacheServer, tmp_path: Path, fault: str, message: str
 ) -> None:
-    """Layers that disagree in shape, dtype or device: refused or failed within 30 s, reason logged, nothing stored."""
+    """Layers that disagree in shape, dtype or device: refused or failed within 30 s,
+    reason logged, nothing stored."""
     started = time.monotonic()
     done = _spawn.run([sys.executable, "-c", BAD_KV, server.url, fault], timeout=DEADLINE_S + 30, env=child_env({}),
                       cwd=tmp_path)  # fmt: skip

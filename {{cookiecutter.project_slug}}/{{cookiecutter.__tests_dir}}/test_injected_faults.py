@@ -39,7 +39,8 @@ SHAPE = (2, 32, 16, 2, 32)
 
 @pytest.fixture
 def inject(emulator) -> Iterator[Callable[..., None]]:  # type: ignore[no-untyped-def]
-    """``inject("oom", ...)`` switches faults on in this process; all are off again after the test."""
+    """``inject("oom", ...)`` switches faults on in this process; all are off again
+    after the test."""
     yield emulator.inject_faults
     emulator.inject_faults()
 
@@ -47,7 +48,8 @@ def inject(emulator) -> Iterator[Callable[..., None]]:  # type: ignore[no-untype
 def test_out_of_memory_is_torchs_out_of_memory_error_and_small_allocations_still_work(
     inject,
 ) -> None:  # type: ignore[no-untyped-def]
-    """An allocation the device cannot serve raises torch.OutOfMemoryError naming the device."""
+    """An allocation the device cannot serve raises torch.OutOfMemoryError naming the
+    device."""
     inject("oom")
     with pytest.raises(torch.OutOfMemoryError, match=f"{DEVICE}:0 is out of memory"):
         torch.empty(1 << 20, dtype=torch.uint8, device=DEVICE)
@@ -57,7 +59,8 @@ def test_out_of_memory_is_torchs_out_of_memory_error_and_small_allocations_still
 def test_a_cache_context_that_runs_out_of_memory_unmaps_the_workers_caches(
     lmcache_driven, inject
 ) -> None:  # type: ignore[no-untyped-def]
-    """The server cannot allocate its staging buffer: the registration fails with the cause, nothing stays mapped."""
+    """The server cannot allocate its staging buffer: the registration fails with the
+    cause, nothing stays mapped."""
     wrappers = wrap_kv_caches(seeded_kv(SHAPE, 3, device=DEVICE))
     before = open_mappings()
     inject("oom")
@@ -69,8 +72,9 @@ def test_a_cache_context_that_runs_out_of_memory_unmaps_the_workers_caches(
 def test_a_failed_ipc_open_leaves_the_wrapper_reusable_and_the_mapping_counted_right(
     lmcache_driven, inject
 ) -> None:  # type: ignore[no-untyped-def]
-    """to_tensor() raises the runtime's error and takes no reference: once the device recovers, the wrapper maps
-    again, and closing it leaves another wrapper of the same allocation valid until that one closes."""
+    """to_tensor() raises the runtime's error and takes no reference: once the device
+    recovers, the wrapper maps again, and closing it leaves another wrapper of the same
+    allocation valid until that one closes."""
     source = seeded_kv(SHAPE, 4, device=DEVICE)["layer.0"]
     (first,) = wrap_kv_caches({"layer.0": source})
     (second,) = wrap_kv_caches({"layer.0": source})
@@ -93,7 +97,8 @@ def test_a_failed_ipc_open_leaves_the_wrapper_reusable_and_the_mapping_counted_r
 def test_a_range_the_runtime_refuses_to_pin_is_reported_and_left_unregistered(
     lmcache_driven, inject
 ) -> None:  # type: ignore[no-untyped-def]
-    """With a runtime that wants page-aligned ranges, pin_memory says False for another and nothing is to unpin."""
+    """With a runtime that wants page-aligned ranges, pin_memory says False for another
+    and nothing is to unpin."""
     backend, page = (
         lmcache_driven,
         mmap.PAGESIZE,
@@ -112,8 +117,9 @@ def test_a_range_the_runtime_refuses_to_pin_is_reported_and_left_unregistered(
 def test_a_cache_context_whose_device_is_lost_mid_transfer_still_unmaps_the_workers_caches(  # type: ignore[no-untyped-def]
     lmcache_driven, emulator, inject
 ) -> None:
-    """The device is lost while the server copies a worker's layer: the copy raises the runtime's error, and
-    close() raises it too, but only after unmapping the worker's memory (a dead device must not pin a worker's KV)."""
+    """The device is lost while the server copies a worker's layer: the copy raises the
+    runtime's error, and close() raises it too, but only after unmapping the worker's
+    memory (a dead device must not pin a worker's KV)."""
     source = seeded_kv(SHAPE, 6, device=DEVICE)
     before = open_mappings()
     context = create_cache_context(wrap_kv_caches(source), CHUNK, {"kv_layout": "NHD"})
@@ -134,8 +140,9 @@ def test_a_cache_context_whose_device_is_lost_mid_transfer_still_unmaps_the_work
 def test_an_event_recorded_on_a_lost_device_fails_its_importer_instead_of_hanging(  # type: ignore[no-untyped-def]
     lmcache_driven, emulator, inject
 ) -> None:
-    """The device is lost in the copy queued before an exported event: that event never completes, so a second
-    process that imports it and waits gets the runtime's error at once instead of waiting forever."""
+    """The device is lost in the copy queued before an exported event: that event never
+    completes, so a second process that imports it and waits gets the runtime's error at
+    once instead of waiting forever."""
     backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
     stream = emulator.current_stream(device)
     destination = torch.zeros(
@@ -166,9 +173,10 @@ backend.synchronize_event(imported, device)
 def test_a_server_whose_device_is_lost_mid_store_commits_nothing_and_the_worker_fails_by_its_deadline(  # type: ignore[no-untyped-def]
     spec, tmp_path: Path
 ) -> None:
-    """The server's device is lost while it copies the worker's first chunk: the worker's store fails at its
-    deadline (no hang), no lookup ever hits (a half-copied chunk is never committed), and the server's log names
-    the cause; the worker unregisters and exits cleanly, and the server no longer maps its memory."""
+    """The server's device is lost while it copies the worker's first chunk: the
+    worker's store fails at its deadline (no hang), no lookup ever hits (a half-copied
+    chunk is never committed), and the server's log names the cause; the worker
+    unregisters and exits cleanly, and the server no longer maps its memory."""
     if not spec.is_lmcache_driven_available():
         pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
     env = {**PLUGIN_SERVER_ENV, FAULTS_ENV_VAR: "device_lost"}
@@ -198,8 +206,9 @@ def test_a_server_whose_device_is_lost_mid_store_commits_nothing_and_the_worker_
 def test_a_server_whose_device_fails_names_the_cause_and_the_worker_gives_up_at_its_deadline(  # type: ignore[no-untyped-def]
     spec, fault: str, tmp_path: Path
 ) -> None:
-    """The server cannot allocate or map for a worker: its log names the cause and it stays healthy; the worker
-    stores nothing and fails at its deadline (LMCache's server sends no error back, so the worker only times out)."""
+    """The server cannot allocate or map for a worker: its log names the cause and it
+    stays healthy; the worker stores nothing and fails at its deadline (LMCache's server
+    sends no error back, so the worker only times out)."""
     if not spec.is_lmcache_driven_available():
         pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
     env = {**PLUGIN_SERVER_ENV, FAULTS_ENV_VAR: fault}

@@ -39,14 +39,16 @@ def received(spec, tensor: torch.Tensor):  # type: ignore[no-untyped-def]
 
 
 def test_wrapper_serializes_through_lmcaches_codec_and_back(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """DeviceIPCWrapper.Serialize -> Deserialize gives an equal wrapper of the plugin's class."""
+    """DeviceIPCWrapper.Serialize -> Deserialize gives an equal wrapper of the plugin's
+    class."""
     wrapper = lmcache_driven.ipc_wrapper_cls.wrap(kv_caches()["layer.0"])
     restored = DeviceIPCWrapper.Deserialize(DeviceIPCWrapper.Serialize(wrapper))
     assert type(restored) is type(wrapper) and restored == wrapper
 
 
 def test_wrapped_tensor_aliases_the_original_memory(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """to_tensor() maps the same memory: equal bytes, and a write through it shows in the original."""
+    """to_tensor() maps the same memory: equal bytes, and a write through it shows in
+    the original."""
     tensor = kv_caches()["layer.1"]
     wrapper = received(lmcache_driven, tensor)
     view = wrapper.to_tensor()
@@ -64,7 +66,8 @@ def test_wrapped_tensor_aliases_the_original_memory(lmcache_driven) -> None:  # 
 def test_an_interior_view_is_mapped_at_its_own_offset_and_a_second_process_writes_only_its_bytes(  # type: ignore[no-untyped-def]
     lmcache_driven,
 ) -> None:
-    """A layer that starts inside a larger allocation: another process reads it and writes it, neighbours untouched."""
+    """A layer that starts inside a larger allocation: another process reads it and
+    writes it, neighbours untouched."""
     pool = kv_caches()["layer.2"]
     before = pool.cpu()
     layer = pool[1, 5:20]  # same handle as the pool, a byte offset inside it
@@ -91,7 +94,8 @@ wrapper.close()
 
 
 def test_a_strided_view_is_rebuilt_with_its_strides(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """A non-contiguous layer (blocks with a step, heads transposed) comes back element for element."""
+    """A non-contiguous layer (blocks with a step, heads transposed) comes back element
+    for element."""
     layer = kv_caches(seed=3)["layer.0"][:, ::3].transpose(2, 3)
     wrapper = received(lmcache_driven, layer)
     view = wrapper.to_tensor()
@@ -102,7 +106,8 @@ def test_a_strided_view_is_rebuilt_with_its_strides(lmcache_driven) -> None:  # 
 def test_layers_sharing_one_allocation_stay_mapped_until_the_last_wrapper_closes(
     lmcache_driven,
 ) -> None:  # type: ignore[no-untyped-def]
-    """Closing one layer's wrapper leaves its neighbour's usable; the last close unmaps; closing twice is harmless."""
+    """Closing one layer's wrapper leaves its neighbour's usable; the last close unmaps;
+    closing twice is harmless."""
     pool = kv_caches(seed=4)["layer.0"]
     first, second = received(lmcache_driven, pool[0]), received(lmcache_driven, pool[1])
     assert first.handle == second.handle, "both layers live in one allocation"
@@ -130,7 +135,8 @@ def test_layers_sharing_one_allocation_stay_mapped_until_the_last_wrapper_closes
 
 
 def test_closing_a_wrapper_unmaps_even_while_its_tensors_live(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """close() releases a dead worker's memory: the mapping does not wait for the garbage collector."""
+    """close() releases a dead worker's memory: the mapping does not wait for the
+    garbage collector."""
     if not on_emulator():
         pytest.skip("mappings are observable on the CPU emulator only")
     wrapper = received(lmcache_driven, kv_caches()["layer.0"])
@@ -166,7 +172,8 @@ def test_a_wrapper_built_in_another_thread_maps_the_same_memory(lmcache_driven) 
 def test_memory_of_the_second_device_is_wrapped_and_mapped_on_that_device(
     lmcache_driven, runtime
 ) -> None:  # type: ignore[no-untyped-def]
-    """TP=2 on one host: a layer on device 1 while device 0 is current maps as device 1's memory."""
+    """TP=2 on one host: a layer on device 1 while device 0 is current maps as device
+    1's memory."""
     if runtime.device_count() < 2:
         pytest.skip(f"needs two {DEVICE} devices")
     layer = seeded_kv(SHAPE, 7, device=f"{DEVICE}:1")["layer.0"]
@@ -180,7 +187,8 @@ def test_memory_of_the_second_device_is_wrapped_and_mapped_on_that_device(
 
 
 def test_a_corrupted_descriptor_is_refused_and_maps_nothing(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """Truncated payloads fail to decode; a wrapper whose handle is garbage fails to map, with nothing left open."""
+    """Truncated payloads fail to decode; a wrapper whose handle is garbage fails to
+    map, with nothing left open."""
     payload = DeviceIPCWrapper.Serialize(
         lmcache_driven.ipc_wrapper_cls.wrap(kv_caches()["layer.0"])
     )
@@ -199,7 +207,8 @@ def test_a_corrupted_descriptor_is_refused_and_maps_nothing(lmcache_driven) -> N
 def test_a_workers_kv_cache_list_crosses_lmcaches_message_queue_codec(
     lmcache_driven,
 ) -> None:  # type: ignore[no-untyped-def]
-    """REGISTER_KV_CACHE's payload (zmq transport): the msgpack codec LMCache uses returns equal, mappable wrappers."""
+    """REGISTER_KV_CACHE's payload (zmq transport): the msgpack codec LMCache uses
+    returns equal, mappable wrappers."""
     # First Party
     from lmcache.v1.multiprocess.custom_types import (
         KVCache,
@@ -223,7 +232,8 @@ def test_a_workers_kv_cache_list_crosses_lmcaches_message_queue_codec(
 
 
 def test_a_wrapper_crosses_lmcaches_grpc_codec(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """The gRPC transport (lmcache 0.5.6+) carries the wrapper in a protobuf message: it comes back equal and maps."""
+    """The gRPC transport (lmcache 0.5.6+) carries the wrapper in a protobuf message: it
+    comes back equal and maps."""
     try:
         # First Party
         from lmcache.v1.multiprocess.transport.grpc_impl._proto_gen import common_pb2

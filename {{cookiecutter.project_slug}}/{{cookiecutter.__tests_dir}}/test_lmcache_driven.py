@@ -38,7 +38,8 @@ def kv_caches(seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def test_auto_mode_picks_the_transfer_path_the_spec_declares(spec) -> None:  # type: ignore[no-untyped-def]
-    """``auto`` resolves to the spec's default_mp_transfer_mode() (lmcache 0.5.6+; before: engine-driven off CUDA)."""
+    """``auto`` resolves to the spec's default_mp_transfer_mode() (lmcache 0.5.6+;
+    before: engine-driven off CUDA)."""
     context = create_transfer_context(
         kv_caches(), instance_id=0, req_client=None, mode="auto"
     )
@@ -51,16 +52,18 @@ def test_auto_mode_picks_the_transfer_path_the_spec_declares(spec) -> None:  # t
 
 
 def test_both_spellings_of_the_lmcache_driven_capability_give_one_answer(spec) -> None:  # type: ignore[no-untyped-def]
-    """is_handle_transfer_available() (lmcache 0.5.4/0.5.5) and is_lmcache_driven_available() (0.5.6) agree."""
+    """is_handle_transfer_available() (lmcache 0.5.4/0.5.5) and
+    is_lmcache_driven_available() (0.5.6) agree."""
     assert spec.is_handle_transfer_available() is spec.is_lmcache_driven_available()
-    # Without a wrapper there is nothing to hand over: the answer must then be False under both names
-    # (0.5.4/0.5.5's base class would say True).
+    # Without a wrapper there is nothing to hand over: the answer must then be False
+    # under both names (0.5.4/0.5.5's base class would say True).
     if spec.ipc_wrapper_cls is None:
         assert spec.is_handle_transfer_available() is False
 
 
 def test_lmcache_driven_mode_is_served_or_refused_clearly(spec) -> None:  # type: ignore[no-untyped-def]
-    """Asking for lmcache_driven gives LMCache's context, or LMCache's ValueError naming engine_driven."""
+    """Asking for lmcache_driven gives LMCache's context, or LMCache's ValueError naming
+    engine_driven."""
     if spec.is_lmcache_driven_available():
         context = create_transfer_context(
             kv_caches(), instance_id=0, req_client=None, mode="lmcache_driven"
@@ -77,7 +80,8 @@ def test_lmcache_driven_mode_is_served_or_refused_clearly(spec) -> None:  # type
 
 
 def test_event_backend_runs_the_full_ipc_cycle(lmcache_driven, runtime) -> None:  # type: ignore[no-untyped-def]
-    """create, record, export, import, wait, query, synchronize: the sequence LMCache's futures use."""
+    """create, record, export, import, wait, query, synchronize: the sequence LMCache's
+    futures use."""
     backend = lmcache_driven.event_ipc_backend
     assert backend is lmcache_driven.event_ipc_backend, (
         "the backend must be cached on the spec"
@@ -95,7 +99,8 @@ def test_event_backend_runs_the_full_ipc_cycle(lmcache_driven, runtime) -> None:
 
 
 def import_in_another_process(handle: bytes) -> None:
-    """The server's side of the handshake: a new process imports the event handle, waits and synchronizes."""
+    """The server's side of the handshake: a new process imports the event handle, waits
+    and synchronizes."""
     done = run_python(
         f"""
 import lmcache, torch
@@ -124,8 +129,8 @@ def test_an_exported_event_is_imported_and_waited_on_in_a_second_process(
 def test_an_exported_event_stays_importable_after_its_creator_drops_it(
     lmcache_driven, runtime
 ) -> None:  # type: ignore[no-untyped-def]
-    """LMCache exports an event and lets go of it; the backend keeps it alive while its handle may be imported
-    (a destroyed event's handle is stale, as on a device)."""
+    """LMCache exports an event and lets go of it; the backend keeps it alive while its
+    handle may be imported (a destroyed event's handle is stale, as on a device)."""
     backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 0)
     event = backend.create_event(device)
     backend.record_event(event, runtime.current_stream(device))
@@ -138,7 +143,8 @@ def test_an_exported_event_stays_importable_after_its_creator_drops_it(
 def test_events_are_created_exported_and_imported_on_their_own_device(
     lmcache_driven, runtime
 ) -> None:  # type: ignore[no-untyped-def]
-    """TP=2 on one host: device 1's events belong to device 1 while device 0 is current."""
+    """TP=2 on one host: device 1's events belong to device 1 while device 0 is
+    current."""
     if runtime.device_count() < 2:
         pytest.skip(f"needs two {DEVICE} devices")
     backend, device = lmcache_driven.event_ipc_backend, torch.device(DEVICE, 1)
@@ -150,7 +156,8 @@ def test_events_are_created_exported_and_imported_on_their_own_device(
 
 
 def test_event_backend_refuses_a_runtime_without_ipc_events(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """check_event_support raises RuntimeError when the device's events cannot cross processes."""
+    """check_event_support raises RuntimeError when the device's events cannot cross
+    processes."""
     backend = type(lmcache_driven.event_ipc_backend)()
     backend._event_module = types.SimpleNamespace(
         Event=type("PlainEvent", (), {"__init__": lambda self: None})
@@ -162,7 +169,8 @@ def test_event_backend_refuses_a_runtime_without_ipc_events(lmcache_driven) -> N
 def test_event_backend_probes_a_runtime_that_declares_ipc_events_but_cannot_export_them(  # type: ignore[no-untyped-def]
     lmcache_driven,
 ) -> None:
-    """An Event with every IPC signature LMCache checks, whose export fails, is refused by the probe, not later."""
+    """An Event with every IPC signature LMCache checks, whose export fails, is refused
+    by the probe, not later."""
 
     class DeclaredOnly:
         def __init__(
@@ -205,7 +213,8 @@ def test_pin_backend_is_consistent(lmcache_driven) -> None:  # type: ignore[no-u
 
 
 def test_pinning_refuses_a_null_pointer_or_an_empty_range(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
-    """pin_memory(0, n) and pin_memory(ptr, 0) are refused, as cudaHostRegister refuses them."""
+    """pin_memory(0, n) and pin_memory(ptr, 0) are refused, as cudaHostRegister refuses
+    them."""
     host = torch.empty(4096, dtype=torch.uint8)
     assert lmcache_driven.pin_memory(0, 4096) is False
     assert lmcache_driven.pin_memory(host.data_ptr(), 0) is False
@@ -214,7 +223,8 @@ def test_pinning_refuses_a_null_pointer_or_an_empty_range(lmcache_driven) -> Non
 def test_an_unaligned_range_pins_and_unpins_and_only_pinned_ranges_unpin(
     lmcache_driven,
 ) -> None:  # type: ignore[no-untyped-def]
-    """Any start and size round-trip (LMCache pins SHM pools at arbitrary offsets); unknown addresses do not unpin."""
+    """Any start and size round-trip (LMCache pins SHM pools at arbitrary offsets);
+    unknown addresses do not unpin."""
     if not lmcache_driven.is_pin_supported:
         pytest.skip(f"{type(lmcache_driven).__name__} does not support pinning")
     host = torch.empty(1 << 16, dtype=torch.uint8)

@@ -45,8 +45,8 @@ NATIVE_LAYOUTS = {
     name: KV_LAYOUTS[name] for name in ("flash_nhd", "flashinfer_nhd", "mla")
 }
 FALLBACK_LAYOUTS = {"flash_hnd": KV_LAYOUTS["flash_hnd"]}
-#: Names of LMCache's own native module that must never appear on a device's ops (as in LMCache's
-#: tests/v1/platform/test_device_ops.py::test_package_exports_resolved_device_ops).
+#: Names of LMCache's own native module that must never appear on a device's ops (as in
+#: LMCache's tests/v1/platform/test_device_ops.py::test_package_exports_resolved_device_ops).
 NATIVE_ONLY_NAMES = (
     "TransferDirection", "EngineKVFormat", "GPUKVFormat", "is_cross_layer", "is_kv_list", "is_layer_list", "is_mla",
 )  # fmt: skip
@@ -72,7 +72,8 @@ def test_native_ops_are_bound_over_the_baseline(native) -> None:  # type: ignore
 def test_every_public_native_symbol_is_a_baseline_op_with_its_parameters(
     native,
 ) -> None:  # type: ignore[no-untyped-def]
-    """bind_native binds every public callable and type: each must be a torch_ops function, same parameters in order."""
+    """bind_native binds every public callable and type: each must be a torch_ops
+    function, same parameters in order."""
     public = {
         name: getattr(native, name) for name in dir(native) if not name.startswith("_")
     }
@@ -91,7 +92,8 @@ def test_every_public_native_symbol_is_a_baseline_op_with_its_parameters(
 
 
 def test_bound_ops_gain_none_of_the_names_lmcache_keeps_off_device_ops(native) -> None:  # type: ignore[no-untyped-def]
-    """LMCache detects features with hasattr(device_ops, ...); its own test_device_ops.py forbids these names."""
+    """LMCache detects features with hasattr(device_ops, ...); its own
+    test_device_ops.py forbids these names."""
     ops = resolve_device_ops(DEVICE)
     assert ops._native_bound is True
     assert [name for name in NATIVE_ONLY_NAMES if hasattr(ops, name)] == []
@@ -99,7 +101,8 @@ def test_bound_ops_gain_none_of_the_names_lmcache_keeps_off_device_ops(native) -
 
 
 def test_engine_driven_keeps_tensor_mode_with_native_ops(native) -> None:  # type: ignore[no-untyped-def]
-    """LMCache still passes tensors (not raw pinned pointers) to the bound transfer op."""
+    """LMCache still passes tensors (not raw pinned pointers) to the bound transfer
+    op."""
     op = resolve_device_ops(DEVICE).multi_layer_block_kv_transfer
     if inspect.signature(
         _detect_block_transfer_accepts_tensor
@@ -116,7 +119,8 @@ def test_engine_driven_keeps_tensor_mode_with_native_ops(native) -> None:  # typ
 def test_native_transfers_equal_the_baseline_both_ways(  # type: ignore[no-untyped-def]
     native, layout: str, dtype: torch.dtype, skip_blocks: int
 ) -> None:
-    """D2H and H2D through the bound op equal the CPU baseline byte for byte; supported formats run natively."""
+    """D2H and H2D through the bound op equal the CPU baseline byte for byte; supported
+    formats run natively."""
     shape, hints = {**NATIVE_LAYOUTS, **FALLBACK_LAYOUTS}[layout]
     source = seeded_kv(shape, seed=11, dtype=dtype)
     before = dict(native._calls)
@@ -154,8 +158,9 @@ def test_native_transfers_equal_the_baseline_both_ways(  # type: ignore[no-untyp
 def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(
     native, runtime
 ) -> None:  # type: ignore[no-untyped-def]
-    """A native gather queued behind pending work writes nothing until that work has run, then the right bytes:
-    kernels are launched on the device's current stream (not run on the host, not on a stream of their own)."""
+    """A native gather queued behind pending work writes nothing until that work has
+    run, then the right bytes: kernels are launched on the device's current stream (not
+    run on the host, not on a stream of their own)."""
     shape, hints = NATIVE_LAYOUTS["flash_nhd"]
     source = seeded_kv(shape, seed=12)
     expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
@@ -177,7 +182,8 @@ def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(
 
 
 def test_missing_compiled_module_fails_soft_to_the_baseline(native) -> None:  # type: ignore[no-untyped-def]
-    """Without the compiled kernels LMCache still loads the plugin, on the baseline, and says how to rebuild."""
+    """Without the compiled kernels LMCache still loads the plugin, on the baseline, and
+    says how to rebuild."""
     code = textwrap.dedent(
         f"""
         import sys
@@ -195,7 +201,8 @@ def test_missing_compiled_module_fails_soft_to_the_baseline(native) -> None:  # 
 
 
 def test_native_switch_keeps_the_baseline(native) -> None:  # type: ignore[no-untyped-def]
-    """{{ cookiecutter.__native_env_var }}=0 keeps LMCache's torch baseline (for comparisons and bisecting)."""
+    """{{ cookiecutter.__native_env_var }}=0 keeps LMCache's torch baseline (for
+    comparisons and bisecting)."""
     done = run_python(
         "import lmcache; from lmcache.v1.platform import resolve_device_ops; "
         f"print(resolve_device_ops('{DEVICE}')._native_bound)",

@@ -38,14 +38,16 @@ def on_device(kv: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def test_kv_tensors_of_this_device_resolve_to_the_plugin_ops() -> None:
-    """LMCache routes {{ cookiecutter.device_name }} tensors to our DeviceOps, not the baseline."""
+    """LMCache routes {{ cookiecutter.device_name }} tensors to our DeviceOps, not the
+    baseline."""
     assert type(resolve_device_ops(DEVICE)).__name__ == "{{ cookiecutter.class_prefix }}DeviceOps"
 
 
 def test_each_device_stream_has_its_own_native_handle_and_other_objects_are_refused(
     spec,
 ) -> None:  # type: ignore[no-untyped-def]
-    """get_stream_handle, which LMCache's base class says every platform must override (its GDS path needs it)."""
+    """get_stream_handle, which LMCache's base class says every platform must override
+    (its GDS path needs it)."""
     module = getattr(torch, spec.torch_module_name)
     default, other = module.current_stream(0), module.Stream(0)
     handles = spec.get_stream_handle(default), spec.get_stream_handle(other)
@@ -57,7 +59,8 @@ def test_each_device_stream_has_its_own_native_handle_and_other_objects_are_refu
 
 
 def test_lmcache_stream_facade_reaches_the_spec_for_a_device_stream(spec) -> None:  # type: ignore[no-untyped-def]
-    """lmcache.v1.platform.stream.stream_handle(device, stream) answers for this device instead of raising."""
+    """lmcache.v1.platform.stream.stream_handle(device, stream) answers for this device
+    instead of raising."""
     facade = pytest.importorskip(
         "lmcache.v1.platform.stream", reason="lmcache before 0.5.6 has no stream facade"
     )
@@ -70,7 +73,8 @@ def test_lmcache_stream_facade_reaches_the_spec_for_a_device_stream(spec) -> Non
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_gather_d2h_matches_the_cpu_baseline(layout: str, dtype: torch.dtype) -> None:
-    """multi_layer_block_kv_transfer D2H: chunks gathered from the device equal the CPU result."""
+    """multi_layer_block_kv_transfer D2H: chunks gathered from the device equal the CPU
+    result."""
     shape, hints = LAYOUTS[layout]
     kv_cpu = seeded_kv(shape, seed=1, dtype=dtype)
     expected = gather_to_cpu(kv_cpu, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
@@ -88,7 +92,8 @@ def test_gather_d2h_matches_the_cpu_baseline(layout: str, dtype: torch.dtype) ->
 )
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_scatter_h2d_matches_the_cpu_baseline(layout: str, skip_tokens: int) -> None:
-    """multi_layer_block_kv_transfer H2D, with skipped prefix blocks: device KV equals the CPU result."""
+    """multi_layer_block_kv_transfer H2D, with skipped prefix blocks: device KV equals
+    the CPU result."""
     shape, hints = LAYOUTS[layout]
     source = seeded_kv(shape, seed=2)
     chunks = gather_to_cpu(source, BLOCK_IDS, BLOCKS_PER_CHUNK, layout_hints=hints)
@@ -128,7 +133,8 @@ def test_memcpy_tensor_mode_matches_the_cpu_baseline() -> None:
 
 
 def device_at(runtime, index: int) -> str:  # type: ignore[no-untyped-def]
-    """``{{ cookiecutter.device_name }}:index``, skipping the test on a host with fewer devices."""
+    """``{{ cookiecutter.device_name }}:index``, skipping the test on a host with fewer
+    devices."""
     if index >= runtime.device_count():
         pytest.skip(f"needs {index + 1} {DEVICE} devices")
     return f"{DEVICE}:{index}"
@@ -141,7 +147,8 @@ def device_at(runtime, index: int) -> str:  # type: ignore[no-untyped-def]
 def test_memcpy_pointer_mode_copies_bytes_without_libcudart(
     runtime, direction: str, index: int
 ) -> None:  # type: ignore[no-untyped-def]
-    """Pointer-mode lmcache_memcpy_async moves the bytes on the memory's own device, never through libcudart."""
+    """Pointer-mode lmcache_memcpy_async moves the bytes on the memory's own device,
+    never through libcudart."""
     # First Party
     from {{ cookiecutter.__package }} import _lmcache_compat as compat
 
@@ -175,7 +182,8 @@ def test_memcpy_pointer_mode_copies_bytes_without_libcudart(
 def test_tensor_from_ptr_aliases_device_memory_on_the_memorys_own_device(
     runtime, index: int
 ) -> None:  # type: ignore[no-untyped-def]
-    """tensor_from_ptr(ptr, ..., a device without index) views the same memory, on the device that owns it."""
+    """tensor_from_ptr(ptr, ..., a device without index) views the same memory, on the
+    device that owns it."""
     base = torch.arange(64, dtype=torch.float32).to(device_at(runtime, index))
     ops = resolve_device_ops(DEVICE)
     view = ops.tensor_from_ptr(
@@ -196,7 +204,8 @@ def test_tensor_from_ptr_refuses_a_null_pointer() -> None:
 
 
 def test_tensor_from_ptr_reports_a_view_it_cannot_build_as_runtime_error() -> None:
-    """A shape the memory cannot hold fails as RuntimeError naming the address, not deep inside torch."""
+    """A shape the memory cannot hold fails as RuntimeError naming the address, not deep
+    inside torch."""
     base = torch.zeros(64, dtype=torch.uint8).to(DEVICE)
     with pytest.raises(RuntimeError, match="cannot view"):
         resolve_device_ops(DEVICE).tensor_from_ptr(
@@ -205,7 +214,8 @@ def test_tensor_from_ptr_reports_a_view_it_cannot_build_as_runtime_error() -> No
 
 
 def test_cpu_kv_caches_in_the_same_process_keep_lmcaches_own_ops() -> None:
-    """With the plugin loaded, CPU tensors still resolve to LMCache's ops, this device's tensors to the plugin's."""
+    """With the plugin loaded, CPU tensors still resolve to LMCache's ops, this device's
+    tensors to the plugin's."""
     package = "{{ cookiecutter.__package }}."
     cpu_ops = resolve_device_ops("cpu")
     assert not type(cpu_ops).__module__.startswith(package), type(cpu_ops)

@@ -29,8 +29,8 @@ REGISTRY = textwrap.dedent(
     import json, lmcache
     from lmcache.v1.platform import _DEVICE_REGISTRY
     name = lambda spec: type(spec).__module__ + "." + type(spec).__name__
-    print(json.dumps({backend: name(spec) for backend, spec in _DEVICE_REGISTRY.items()}))
-    print(json.dumps(lmcache.torch_device_type))
+    print(json.dumps({backend: name(spec) for backend, spec in
+    _DEVICE_REGISTRY.items()})) print(json.dumps(lmcache.torch_device_type))
     """
 )
 CLEAN = {"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None}
@@ -39,7 +39,8 @@ CLEAN = {"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None}
 def registry(
     pythonpath: Path | None = None, **env: str | None
 ) -> tuple[dict[str, str], str, str, float]:
-    """(backend -> spec class, selected device type, LMCache's log, seconds) from a fresh ``import lmcache``."""
+    """(backend -> spec class, selected device type, LMCache's log, seconds) from a
+    fresh ``import lmcache``."""
     overrides = {
         **CLEAN,
         **env,
@@ -57,9 +58,9 @@ def registry(
 def beside_faulty_plugins(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[dict[str, str], str, str, float]:
-    """``registry()`` with two faulty plugins installed beside this one (the registry state allows
-    both in one interpreter): one whose import raises, and one whose entry point points at this
-    spec under another name."""
+    """``registry()`` with two faulty plugins installed beside this one (the registry
+    state allows both in one interpreter): one whose import raises, and one whose entry
+    point points at this spec under another name."""
     root = fake_plugin(tmp_path_factory.mktemp("faulty-plugins"), "broken", "broken = broken_plugin:Spec",
                        "broken_plugin", "raise ImportError('vendor runtime libfoo.so not found')")  # fmt: skip
     info = root / "misnamed-0.0.dist-info"
@@ -76,7 +77,8 @@ def beside_faulty_plugins(
 def test_a_broken_plugin_is_skipped_and_logged_while_lmcache_and_this_plugin_still_load(
     beside_faulty_plugins: tuple[dict[str, str], str, str, float],
 ) -> None:
-    """Another plugin whose import raises: LMCache starts, logs why it skipped it, and selects this backend."""
+    """Another plugin whose import raises: LMCache starts, logs why it skipped it, and
+    selects this backend."""
     backends, selected, log, seconds = beside_faulty_plugins
     assert "broken" not in backends and backends[BACKEND] == SPEC_PATH.replace(":", ".")
     assert selected == DEVICE and seconds < DEADLINE_S
@@ -89,7 +91,8 @@ def test_a_broken_plugin_is_skipped_and_logged_while_lmcache_and_this_plugin_sti
 def test_an_entry_point_named_differently_from_its_backend_is_refused_with_the_reason(
     beside_faulty_plugins: tuple[dict[str, str], str, str, float],
 ) -> None:
-    """An entry point ``other = <this spec>``: LMCache refuses that one, naming both names; ours still loads."""
+    """An entry point ``other = <this spec>``: LMCache refuses that one, naming both
+    names; ours still loads."""
     backends, _, log, _ = beside_faulty_plugins
     assert "misnamed" not in backends and BACKEND in backends
     assert (
@@ -101,7 +104,8 @@ def test_an_entry_point_named_differently_from_its_backend_is_refused_with_the_r
 def test_a_duplicate_backend_name_keeps_one_spec_and_logs_which_it_ignored(
     tmp_path: Path,
 ) -> None:
-    """Two plugins claiming one backend name: LMCache keeps one (entry-point value order) and logs the other."""
+    """Two plugins claiming one backend name: LMCache keeps one (entry-point value
+    order) and logs the other."""
     root = fake_plugin(tmp_path, "impostor", f"{BACKEND} = impostor_plugin:RivalSpec", "impostor_plugin",
                        RIVAL_SPEC.replace("__BACKEND__", BACKEND))  # fmt: skip
     backends, _, log, _ = registry(root)
@@ -116,7 +120,8 @@ def test_a_duplicate_backend_name_keeps_one_spec_and_logs_which_it_ignored(
 def test_an_unknown_lmcache_device_backend_fails_import_naming_the_registered_backends() -> (
     None
 ):
-    """LMCACHE_DEVICE_BACKEND=<typo>: ``import lmcache`` raises at once, listing the backends to choose from."""
+    """LMCACHE_DEVICE_BACKEND=<typo>: ``import lmcache`` raises at once, listing the
+    backends to choose from."""
     started = time.monotonic()
     done = run_python(
         "import lmcache",

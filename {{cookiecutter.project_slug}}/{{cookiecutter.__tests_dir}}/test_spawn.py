@@ -39,8 +39,9 @@ sys.exit(3)
 def test_a_forked_program_gets_the_argv_environment_cwd_path_streams_and_exit_status_python_gives(
     tmp_path: Path,
 ) -> None:
-    """The same -c probe, forked and fresh: identical argv, cwd, sys.path (PYTHONPATH included), variables,
-    stdin, stderr and exit status; only the forked one finds torch already imported (the zygote's)."""
+    """The same -c probe, forked and fresh: identical argv, cwd, sys.path (PYTHONPATH
+    included), variables, stdin, stderr and exit status; only the forked one finds torch
+    already imported (the zygote's)."""
     extra = tmp_path / "on-pythonpath"
     extra.mkdir()
     env = child_env({"LMCACHE_SPAWN_PROBE": "seen", "PYTHONPATH": str(extra)})
@@ -74,7 +75,8 @@ def test_a_forked_program_gets_the_argv_environment_cwd_path_streams_and_exit_st
 def test_a_forked_program_is_killed_and_waited_for_by_pid_as_a_popen_is(
     tmp_path: Path,
 ) -> None:
-    """kill() ends it with -SIGKILL, wait() times out while it runs, a pipe carries lines both ways."""
+    """kill() ends it with -SIGKILL, wait() times out while it runs, a pipe carries
+    lines both ways."""
     code = "import sys\nfor line in sys.stdin:\n    print(line.upper(), end='', flush=True)\n"
     process = _spawn.popen([sys.executable, "-c", code], env=child_env({}), cwd=tmp_path, stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)  # fmt: skip
@@ -91,7 +93,8 @@ def test_a_forked_program_is_killed_and_waited_for_by_pid_as_a_popen_is(
 def test_signalling_a_program_that_has_just_exited_is_a_no_op_as_with_popen(  # type: ignore[no-untyped-def]
     tmp_path: Path, monkeypatch
 ) -> None:
-    """The zygote reaps a program before it reports the exit status: a kill() in between must not raise."""
+    """The zygote reaps a program before it reports the exit status: a kill() in between
+    must not raise."""
     process = _spawn.popen(
         [sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path
     )
@@ -116,7 +119,8 @@ def test_signalling_a_program_that_has_just_exited_is_a_no_op_as_with_popen(  # 
 def test_a_program_whose_environment_preloaded_modules_read_starts_fresh(
     tmp_path: Path,
 ) -> None:
-    """A variable torch may read at import (OMP_NUM_THREADS) differs from the zygote's: a new interpreter."""
+    """A variable torch may read at import (OMP_NUM_THREADS) differs from the zygote's:
+    a new interpreter."""
     started = time.monotonic()
     process = _spawn.popen(
         [sys.executable, "-c", "pass"],
@@ -130,8 +134,9 @@ def test_a_program_whose_environment_preloaded_modules_read_starts_fresh(
 def test_a_variable_set_after_the_zygote_started_sends_the_program_to_a_new_interpreter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The zygote imported its modules with the environment it started with: a variable the suite sets
-    later (outside the ones LMCache reads) means a new interpreter, not a fork."""
+    """The zygote imported its modules with the environment it started with: a variable
+    the suite sets later (outside the ones LMCache reads) means a new interpreter, not a
+    fork."""
     warm = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path)
     assert isinstance(warm, _spawn.ForkedProcess) and warm.wait(timeout=60) == 0
     monkeypatch.setenv("TORCH_SPAWN_PROBE_SET_LATER", "1")

@@ -26,9 +26,10 @@ DEVICE = "{{ cookiecutter.device_name }}"
 def test_host_code_that_dereferences_a_device_address_crashes_naming_the_memory(
     emulator,
 ) -> None:  # type: ignore[no-untyped-def]
-    """A device pointer is not a host address: reading it from host code crashes, as on hardware (the emulator
-    names the memory first; the test crashes a process on purpose, so it runs on the emulator only), while
-    copies and ops on the same tensor work."""
+    """A device pointer is not a host address: reading it from host code crashes, as on
+    hardware (the emulator names the memory first; the test crashes a process on
+    purpose, so it runs on the emulator only), while copies and ops on the same tensor
+    work."""
     done = run_python(
         f"""
 import ctypes, lmcache, torch
@@ -48,7 +49,8 @@ print("read it", flush=True)
 def test_a_non_blocking_copy_to_pinned_memory_is_seen_only_after_a_synchronization(
     runtime,
 ) -> None:  # type: ignore[no-untyped-def]
-    """D2H with non_blocking=True into pinned memory returns at once; the host sees the bytes after synchronize()."""
+    """D2H with non_blocking=True into pinned memory returns at once; the host sees the
+    bytes after synchronize()."""
     source = torch.arange(4096, dtype=torch.int32).to(DEVICE)
     host = torch.zeros(4096, dtype=torch.int32, pin_memory=True)
     with held(runtime.current_stream()):
@@ -62,7 +64,8 @@ def test_a_non_blocking_copy_to_pinned_memory_is_seen_only_after_a_synchronizati
 def test_an_event_completes_only_after_the_work_queued_before_its_record(
     runtime,
 ) -> None:  # type: ignore[no-untyped-def]
-    """query() is False while the recorded stream's earlier work is pending; synchronize() waits for it."""
+    """query() is False while the recorded stream's earlier work is pending;
+    synchronize() waits for it."""
     stream = runtime.Stream(0)
     event = runtime.Event()
     with held(stream):
@@ -73,7 +76,8 @@ def test_an_event_completes_only_after_the_work_queued_before_its_record(
 
 
 def test_a_stream_waiting_on_an_event_runs_after_the_events_work(runtime) -> None:  # type: ignore[no-untyped-def]
-    """Producer stream: copy into X, record. Consumer stream: wait, copy X into Y. Y holds the producer's bytes."""
+    """Producer stream: copy into X, record. Consumer stream: wait, copy X into Y. Y
+    holds the producer's bytes."""
     producer, consumer = runtime.Stream(0), runtime.Stream(0)
     source = torch.arange(1 << 16, dtype=torch.int32).to(DEVICE)
     middle, target = torch.zeros_like(source), torch.zeros_like(source)
@@ -92,8 +96,9 @@ def test_a_stream_waiting_on_an_event_runs_after_the_events_work(runtime) -> Non
 def test_completions_and_observability_events_are_published_after_the_queued_work_and_the_caller_goes_on(  # type: ignore[no-untyped-def]
     runtime, lmcache_driven
 ) -> None:
-    """record_completion_on_stream / record_event_on_stream: nothing is published while the stream's earlier
-    work is pending (an LMCache-driven server commits a store on "finish_write"), and neither call waits for it."""
+    """record_completion_on_stream / record_event_on_stream: nothing is published while
+    the stream's earlier work is pending (an LMCache-driven server commits a store on
+    "finish_write"), and neither call waits for it."""
     ops = resolve_device_ops(DEVICE)
     stream = runtime.Stream(0)
     handle = lmcache_driven.get_stream_handle(stream)

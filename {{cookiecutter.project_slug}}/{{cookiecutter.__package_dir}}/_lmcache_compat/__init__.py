@@ -24,7 +24,8 @@ feature detection, never by comparing version numbers:
 * the spelling of the LMCache-driven capability (``PortableDeviceSpec``);
 * what worker-side ``auto`` means (``auto_transfer_mode``);
 * how IPC wrappers travel: pickled as they are up to 0.5.5, through a closed
-  msgspec allowlist from 0.5.6 on (``HAS_WIRE_ALLOWLIST``{{ "; ``wire.py`` registers this plugin's type there" if cookiecutter.ownership == "wheel" else "" }});
+  msgspec allowlist from 0.5.6 on
+  (``HAS_WIRE_ALLOWLIST``{{ "; ``wire.py`` registers this plugin's type there" if cookiecutter.ownership == "wheel" else "" }});
 {%- if cookiecutter.lmcache_driven != 'no' %}
 * the KV layouts LMCache's baseline understands (``kv_layout.py``).
 {%- endif %}
@@ -209,7 +210,8 @@ _LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
         ("lmcache.v1.platform.torch_ops.mp_mem_kernels", "_infer_kv_dtype"),  # 0.5.6
         ("lmcache.v1.platform.torch_ops", "_infer_kv_dtype"),  # 0.5.4, 0.5.5
     ),
-    # Private baseline helper, asked for on 0.5.4/0.5.5 only (paged_layers_for_baseline).
+    # Private baseline helper, asked for on 0.5.4/0.5.5 only
+    # (paged_layers_for_baseline).
     "per_layer_paged_shape": (
         ("lmcache.v1.platform.torch_ops", "_per_layer_paged_shape"),
     ),
@@ -218,7 +220,8 @@ _LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
 
 
 def _resolve(candidates: tuple[tuple[str, str | None], ...]) -> Any:
-    """The value at the first location in ``candidates`` that exists (``(module, None)``: the module)."""
+    """The value at the first location in ``candidates`` that exists
+    (``(module, None)``: the module)."""
     for module_name, attribute in candidates:
         try:
             found = importlib.util.find_spec(module_name) is not None
@@ -254,7 +257,8 @@ def __getattr__(name: str) -> Any:
 
 
 def lazy(name: str) -> Any:
-    """A lazy name, resolved now (from this package's modules: ``__getattr__`` serves outside access)."""
+    """A lazy name, resolved now (from this package's modules: ``__getattr__`` serves
+    outside access)."""
     return globals()[name] if name in globals() else __getattr__(name)
 
 
