@@ -62,8 +62,8 @@ nox.needs_version = ">=2024.4.15"
 nox.options.sessions = ["tests", "generate_and_test", "in_tree", "matrix"]
 nox.options.reuse_existing_virtualenvs = True
 
-TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "pytest-xdist>=3.5", "ruff", "nox>=2024.4.15", "build", "cruft",
-                 "packaging"]  # fmt: skip
+TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "pytest-xdist>=3.5", "ruff", "isort>=6", "nox>=2024.4.15", "build",
+                 "cruft", "packaging"]  # fmt: skip
 WHEEL_VARIANTS = [name for name, variant in VARIANTS.items() if not is_in_tree(variant)]
 IN_TREE_VARIANTS = [name for name, variant in VARIANTS.items() if is_in_tree(variant)]
 #: Option combinations the variants do not prove end to end (those run in the sessions above).

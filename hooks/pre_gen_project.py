@@ -25,7 +25,7 @@ CLASS_PREFIX = re.compile(r"[A-Z][A-Za-z0-9]*\Z")
 PROJECT_SLUG = re.compile(r"[a-z0-9]+([-_.][a-z0-9]+)*\Z")
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+\Z")
 VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?\Z")
-#: Longer names push generated import lines past the 120 characters the rendered code is linted at.
+#: Longer names push generated lines past the 88 columns the rendered code is linted at (LMCache's style).
 MAX_NAME = 24
 
 

@@ -17,9 +17,6 @@ from packaging.requirements import Requirement
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
 #: GitHub Actions expressions (``${{ matrix.x }}``) are meant to survive rendering.
 GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.]+ \}\}")
-#: ruff settings for an in-tree contribution: its imports are regrouped by LMCache's own isort
-#: settings (lmcache is first-party there); every other rule applies as to the wheel.
-IN_TREE_RUFF = ("--isolated", "--line-length", "120", "--select", "E,F,W,I,B,UP", "--ignore", "B009,I001")
 #: The most lines a rendered file may have: a vendor reads each on one screen.
 MAX_LINES = 300
 #: The modules LMCache-driven transfer adds to the package.

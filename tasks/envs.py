@@ -30,7 +30,7 @@ CLI_EXTRAS: dict[str, list[str]] = CONTEXT["_lmcache_cli_extras"]
 #: What every variant needs beside torch and lmcache: the template's tools, the builders (native
 #: ops build without isolation, against this torch) and the rendered suite's test extra.
 TOOLS = [
-    "cookiecutter>=2.6", "ruff", "mypy", "build", "setuptools>=77", "wheel", "ninja", "packaging",
+    "cookiecutter>=2.6", "ruff", "isort>=6", "mypy", "build", "setuptools>=77", "wheel", "ninja", "packaging",
     "pytest>=8,<9.2", "pytest-xdist>=3.5", "nox>=2024.4.15",
 ]  # fmt: skip
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import nox
 
 from tasks.checks import (
-    IN_TREE_RUFF,
     context,
     emulator_wheel_problems,
     rendered_text_problems,
@@ -24,7 +23,8 @@ from tasks.checks import (
     wheel_problems,
 )
 from tasks.envs import ReleaseEnv
-from tasks.variants import ROOT, answers
+from tasks.lmcache_style import check_contribution
+from tasks.variants import NEWEST, ROOT, answers
 
 #: Build products that must not outlive a render (stale modules would end up in the next wheel).
 STALE_BUILD_PRODUCTS = ("build/lib*", "build/bdist*", "src/*.egg-info", "*.egg-info")
@@ -42,7 +42,8 @@ def render(session: nox.Session, env: ReleaseEnv, out: Path, variant: dict[str, 
 
 def check_statically(session: nox.Session, env: ReleaseEnv, project: Path, cache: Path) -> None:
     """No leftover template syntax, Python compiles, TOML/JSON parse, no import circle, no file over a screen;
-    ruff (lint; format for a wheel) and mypy pass."""
+    a wheel passes ruff, ruff format, isort and mypy with its own settings, an in-tree contribution
+    LMCache's own pre-commit hooks (tasks/lmcache_style.py)."""
     problems = rendered_text_problems(project) + structure_problems(project)
     if problems:
         session.error("rendered project check failed:\n  " + "\n  ".join(problems))
@@ -50,13 +51,15 @@ def check_statically(session: nox.Session, env: ReleaseEnv, project: Path, cache
     if ctx["ownership"] == "wheel":
         env.run(session, "ruff", "check", "--no-cache", "--no-respect-gitignore", "--quiet", str(project))
         env.run(session, "ruff", "format", "--check", "--no-cache", "--quiet", str(project))
+        env.run(session, "isort", "--check-only", "--diff", "--settings-path", str(project), str(project))
         sources = [project / "src", *[path for path in [project / ctx["__emulator_dir"] / "src"] if path.is_dir()]]
         env.run(session, "mypy", "--config-file", str(project / "pyproject.toml"), "--cache-dir", str(cache),
                 *map(str, sources), silent=True)  # fmt: skip
     else:
-        env.run(
-            session, "ruff", "check", "--no-cache", "--no-respect-gitignore", "--quiet", *IN_TREE_RUFF, str(project)
-        )
+        passed, report = check_contribution(project, NEWEST, ROOT / ".nox" / f"lmcache-style-{NEWEST}")
+        session.log(f"LMCache {NEWEST}'s pre-commit hooks on the contribution:\n{report}")
+        if not passed:
+            session.error(f"{project.name} fails LMCache {NEWEST}'s own pre-commit hooks (above)")
     session.log(f"static checks OK: {project.name} ({ctx['ownership']})")
 
 

@@ -14,19 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from tasks.checks import EMULATOR_FILES, IN_TREE_RUFF, files, leftover_syntax
+from tasks.checks import EMULATOR_FILES, files, leftover_syntax
+from tasks.lmcache_style import check_contribution
+from tasks.variants import NEWEST, ROOT
 
 IN_TREE_PACKAGE = "lmcache/v1/platform/devices/foo"
 IN_TREE_TESTS = "tests/v1/platform/devices/foo"
 #: Conformance tests that only make sense for one ownership model; every other test is rendered for both.
 WHEEL_ONLY_TESTS = {
-    "test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec_class",
+    "test_entry_point_is_named_after_the_backend_and_points_to_the_spec_class",
     "test_entry_point_group_is_the_one_lmcache_scans",
     "test_importing_the_package_first_does_not_start_lmcache_discovery",
     "test_plugin_refuses_to_load_on_an_untested_lmcache_release",
     "test_declared_lmcache_range_is_exactly_the_tested_releases",
 }
-IN_TREE_ONLY_TESTS = {"test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an_entry_point"}
+IN_TREE_ONLY_TESTS = {"test_built_in_scan_registers_the_package_init_spec_without_an_entry_point"}
 
 
 def suite_functions(tests_dir: Path) -> dict[str, set[str]]:
@@ -43,12 +45,13 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     project = render(ownership="in_tree", lmcache_driven="default")
     rendered = files(project)
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
-        "__init__.py", "names.py", "_lmcache_compat/__init__.py", "_lmcache_compat/kv_layout.py", "device_ops.py", "ipc_wrapper.py", "cache_context.py", "event_ipc.py",
+        "__init__.py", "names.py", "_lmcache_compat/__init__.py", "_lmcache_compat/kv_layout.py", "device_ops.py", "_ops_support.py", "ipc_wrapper.py", "cache_context.py", "event_ipc.py",
         "pin_memory.py")}  # fmt: skip
     emulator = {f"{IN_TREE_TESTS}_emulator/pyproject.toml",
                 *(f"{IN_TREE_TESTS}_emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES)}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
-        "_engine.py", "_servers.py", "_spawn.py", "_support.py", "_zygote.py", "conftest.py", "e2e_worker.py", "test_cache_context.py", "test_discovery.py", "test_e2e_engine_driven.py",
+        "_engine.py", "_forked.py", "_scheduler.py", "_servers.py", "_spawn.py", "_support.py", "_worker_kv.py",
+        "_zygote.py", "conftest.py", "e2e_worker.py", "test_bad_input.py", "test_cache_context.py", "test_cache_context_staging.py", "test_discovery.py", "test_e2e_engine_driven.py",
         "test_e2e_lmcache_driven.py", "test_faults.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_ops_parity.py", "test_registry_faults.py",
         "test_spawn.py", "test_streams.py")}  # fmt: skip
     assert rendered == package | suite | emulator | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
@@ -146,7 +149,8 @@ ODD_NAMES = [
 def test_odd_but_valid_names_render_clean_python_for_both_ownership_models(
     render: Callable[..., Path], answers: dict[str, str], ownership: str
 ) -> None:
-    """Long names, digits and underscores: no template syntax left, every Python file compiles, ruff passes."""
+    """Long names, digits and underscores: no template syntax left, every Python file compiles, and the
+    style checks pass: the wheel's own (ruff, ruff format, isort), LMCache's pre-commit hooks in-tree."""
     extra = {"backend_name": answers["device_name"]} if ownership == "in_tree" else {}
     project = render(**{**answers, **extra}, ownership=ownership, lmcache_driven="default")
     for name in files(project):
@@ -154,12 +158,14 @@ def test_odd_but_valid_names_render_clean_python_for_both_ownership_models(
         assert leftover_syntax(name, text) is None, name
         if name.endswith(".py"):
             compile(text, name, "exec")
-    config = [] if ownership == "wheel" else list(IN_TREE_RUFF)
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *config, "."], cwd=project, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:]
-    if ownership == "wheel":  # formatter settings of its own; the in-tree render gets ruff check only, so far
-        done = subprocess.run([sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "."], cwd=project, capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout[-3000:]
+    if ownership == "in_tree":
+        passed, report = check_contribution(project, NEWEST, ROOT / ".nox" / f"lmcache-style-{NEWEST}")
+        assert passed, report[-3000:]
+        return
+    for command in (["ruff", "check", "--no-cache", "."], ["ruff", "format", "--check", "--no-cache", "."],
+                    ["isort", "--check-only", "--diff", "--settings-path", ".", "."]):  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", *command], cwd=project, capture_output=True, text=True)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
 
 @pytest.mark.parametrize("answers", ODD_NAMES[:2], ids=["24-characters", "underscores-digits-in-backend"])

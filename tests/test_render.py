@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 import zipfile
 from collections.abc import Callable
@@ -33,24 +34,33 @@ EXPECTED_FILES = {
     "src/lmcache_foo/_lmcache_compat/__init__.py",
     "src/lmcache_foo/device.py",
     "src/lmcache_foo/device_ops.py",
+    "src/lmcache_foo/_ops_support.py",
     "src/lmcache_foo/_doctor_checks.py",
+    "src/lmcache_foo/_doctor_discovery.py",
     "src/lmcache_foo/_doctor_live.py",
+    "src/lmcache_foo/_doctor_report.py",
     "src/lmcache_foo/doctor.py",
     "src/lmcache_foo/names.py",
     "src/lmcache_foo/py.typed",
     "emulator/pyproject.toml",
     *(f"emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES),
     "tests/_engine.py",
+    "tests/_forked.py",
+    "tests/_lmcache_sdist.py",
+    "tests/_scheduler.py",
     "tests/_servers.py",
     "tests/_spawn.py",
     "tests/_support.py",
+    "tests/_worker_kv.py",
     "tests/_zygote.py",
     "tests/conftest.py",
     "tests/e2e_worker.py",
     "tests/lmcache_contract.py",
     "tests/lmcache_contract.toml",
     "tests/soak.py",
+    "tests/test_bad_input.py",
     "tests/test_cache_context.py",
+    "tests/test_cache_context_staging.py",
     "tests/test_discovery.py",
     "tests/test_doctor.py",
     "tests/test_e2e_engine_driven.py",
@@ -157,17 +167,21 @@ WHEEL_RENDERS = [dict(zip(OPTIONS, combo, strict=True)) for combo in matrix() if
 @pytest.mark.parametrize(
     "answers", WHEEL_RENDERS, ids=[combination_id(combination(a)) for a in WHEEL_RENDERS[:-1]] + ["custom"]
 )
-def test_every_wheel_render_is_lint_and_formatter_clean_under_its_own_ruff_settings(
+def test_every_wheel_render_is_lint_formatter_and_isort_clean_under_its_own_settings(
     render: Callable[..., Path], answers: dict[str, str]
 ) -> None:
-    """The generated code passes ``ruff check`` and ``ruff format --check`` with the settings it ships with (Jinja
-    whitespace control drops or doubles blank lines silently: only the formatter sees it)."""
+    """The generated code passes ``ruff check``, ``ruff format --check`` and ``isort --check`` with the settings it
+    ships with, LMCache's style (Jinja whitespace control drops or doubles blank lines silently: only the formatter
+    sees it)."""
     ruff = shutil.which("ruff")
     assert ruff, "ruff is a test dependency of the template (nox installs it)"
     project = render(**answers)
     for command in (["check", "--output-format", "concise"], ["format", "--check"]):
         done = subprocess.run([ruff, *command, "--no-cache", "."], cwd=project, capture_output=True, text=True)
         assert done.returncode == 0, f"ruff {command[0]}:\n{done.stdout}{done.stderr}"
+    done = subprocess.run([sys.executable, "-m", "isort", "--check-only", "--diff", "--settings-path", ".", "."],
+                          cwd=project, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, f"isort:\n{done.stdout}{done.stderr}"
 
 
 #: Every combination of the options (tasks/variants.py), both ownership models.
@@ -341,13 +355,14 @@ def test_rendered_ci_workflow_runs_existing_nox_sessions_on_every_tested_lmcache
 
 
 def test_rendered_tooling_configures_pre_commit_line_endings_and_mypy(render: Callable[..., Path]) -> None:
-    """pre-commit runs ruff and mypy, .gitattributes keeps LF, and pyproject carries the mypy settings."""
+    """pre-commit runs isort, ruff, ruff-format and mypy, .gitattributes keeps LF, and pyproject carries the mypy
+    settings."""
     import yaml
 
     project = render()
     hooks = {hook["id"] for repo in yaml.safe_load((project / ".pre-commit-config.yaml").read_text())["repos"]
              for hook in repo["hooks"]}  # fmt: skip
-    assert {"ruff", "mypy", "check-toml", "end-of-file-fixer"} <= hooks
+    assert {"isort", "ruff", "ruff-format", "mypy", "check-toml", "end-of-file-fixer"} <= hooks
     assert "* text=auto eol=lf" in (project / ".gitattributes").read_text()
     mypy = pyproject(project)["tool"]["mypy"]
     assert mypy["files"] == ["src", "emulator/src"] and mypy["ignore_missing_imports"] is True

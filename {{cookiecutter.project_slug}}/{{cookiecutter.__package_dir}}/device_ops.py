@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
 {{ ("# " ~ cookiecutter._owner.vendor ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""KV-cache operations LMCache runs on {{ cookiecutter.device_name }} tensors.
 
-``{{ cookiecutter.class_prefix }}DeviceOps`` inherits LMCache's torch baseline: every op is implemented
-with ordinary torch calls, so it already works on any device whose torch backend
-supports indexing and copies. It overrides only what the baseline gets wrong
-for a non-CUDA device:
+``{{ cookiecutter.class_prefix }}DeviceOps`` inherits LMCache's torch baseline: every op
+is implemented with ordinary torch calls, so it already works on any device whose
+torch backend supports indexing and copies. It overrides only what the baseline
+gets wrong for a non-CUDA device:
 
 * ``tensor_from_ptr``: the base class raises; LMCache needs it to turn device
   pointers back into tensors (pointer-mode transfers);
@@ -23,7 +23,8 @@ for a non-CUDA device:
   a host function on the stream, after it.
 {%- endif %}
 
-Imported lazily by ``{{ cookiecutter.class_prefix }}DeviceSpec.ops_cls``, after ``import lmcache`` finished.
+Imported lazily by ``{{ cookiecutter.class_prefix }}DeviceSpec.ops_cls``, after
+``import lmcache`` finished. Device-independent helpers are in ``_ops_support.py``.
 """
 
 # Future
@@ -49,20 +50,24 @@ from ._lmcache_compat import (
     EngineKVFormat,
     PageBufferShapeDesc,
     TransferDirection,
-{%- if cookiecutter.lmcache_driven != 'no' or cookiecutter.native_ops == 'yes' %}
+{%- if cookiecutter.native_ops == 'yes' %}
     init_logger,
 {%- endif %}
     torch_ops,
 )
+{%- if cookiecutter.lmcache_driven != 'no' %}
+from ._ops_support import (
+    check_one_layer_layout,
+    contiguous_strides,
+    pointer_mode_operands,
+)
+{%- else %}
+from ._ops_support import check_one_layer_layout, contiguous_strides
+{%- endif %}
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
-{%- if cookiecutter.lmcache_driven != 'no' or cookiecutter.native_ops == 'yes' %}
+{%- if cookiecutter.native_ops == 'yes' %}
 
 logger = init_logger(__name__)
-{%- endif %}
-{%- if cookiecutter.lmcache_driven != 'no' %}
-_announced_pointer_mode = False
-{%- endif %}
-{%- if cookiecutter.native_ops == 'yes' %}
 #: Set to 0 to keep LMCache's torch baseline instead of the native ops.
 NATIVE_ENV_VAR = "{{ cookiecutter.__native_env_var }}"
 {%- endif %}
@@ -96,8 +101,9 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             from . import native_ops
         except ImportError as exc:
             logger.warning(
-                "%s: native ops unavailable (%s); using LMCache's torch baseline. Rebuild the wheel with a "
-                "C++ compiler and the torch you deploy: python -m build --wheel --no-isolation",
+                "%s: native ops unavailable (%s); using LMCache's torch baseline. "
+                "Rebuild the wheel with a C++ compiler and the torch you deploy: "
+                "python -m build --wheel --no-isolation",
                 type(self).__name__,
                 exc,
             )
@@ -211,21 +217,12 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         paged: torch.Tensor | list = paged_buffer_ptrs_tensor
 {%- if cookiecutter.lmcache_driven != 'no' %}
         if lmcache_objects_ptrs and isinstance(lmcache_objects_ptrs[0], int):
-            # Local
-            from ._lmcache_compat.kv_layout import paged_layers_for_baseline
-
-            _announce_pointer_mode()
-            objects = self._device_chunks(
+            objects, paged = pointer_mode_operands(
+                paged_buffer_ptrs_tensor,
                 lmcache_objects_ptrs,
                 shape_desc,
                 lmcache_chunk_size,
                 engine_kv_format,
-                torch.device(device),
-            )
-            paged = paged_layers_for_baseline(
-                paged_buffer_ptrs_tensor,
-                engine_kv_format,
-                shape_desc,
                 torch.device(device),
                 self.tensor_from_ptr,
             )
@@ -242,27 +239,6 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             skip_prefix_n_blocks,
         )
 {%- if cookiecutter.lmcache_driven != 'no' %}
-
-    def _device_chunks(
-        self,
-        addresses: list[int],
-        shape_desc: PageBufferShapeDesc,
-        chunk_tokens: int,
-        engine_kv_format: EngineKVFormat,
-        device: torch.device,
-    ) -> list[torch.Tensor]:
-        """Chunk objects at device ``addresses``, shaped as LMCache lays them out."""
-        # Imported at call time: the KV-format registry imports lmcache.device_ops,
-        # which is being created while this module loads.
-        # Local
-        from ._lmcache_compat import infer_kv_dtype
-        from ._lmcache_compat.kv_layout import chunk_object_shape
-
-        shape = chunk_object_shape(engine_kv_format, shape_desc, chunk_tokens)
-        dtype = infer_kv_dtype(None, None, shape_desc)
-        return [
-            self.tensor_from_ptr(address, shape, dtype, device) for address in addresses
-        ]
 
     def record_completion_on_stream(
         self, cuda_stream_ptr: int, kind: str, payload: bytes
@@ -289,21 +265,14 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
     ) -> None:
         """Publish an observability event after the queued device work (see above)."""
         publish = functools.partial(
-            torch_ops.record_event_on_stream, cuda_stream_ptr, event_type_name, session_id, dict(str_metadata),
+            torch_ops.record_event_on_stream,
+            cuda_stream_ptr,
+            event_type_name,
+            session_id,
+            dict(str_metadata),
             dict(int_metadata),
-        )  # fmt: skip
+        )
         getattr(torch, TORCH_MODULE_NAME).launch_host_func(cuda_stream_ptr, publish)
-{%- endif %}
-{%- if cookiecutter.lmcache_driven != 'no' %}
-
-
-def _announce_pointer_mode() -> None:
-    """Log once per process that LMCache drove this plugin's ops with device pointers
-    (the server side)."""
-    global _announced_pointer_mode
-    if not _announced_pointer_mode:
-        _announced_pointer_mode = True
-        logger.info("{{ cookiecutter.class_prefix }}DeviceOps: serving pointer-mode multi_layer_block_kv_transfer")
 {%- endif %}
 
 
@@ -328,46 +297,9 @@ def device_tensor(
     try:
         storage = torch._C._construct_storage_from_data_pointer(ptr, device, nbytes)
         return torch.empty(0, dtype=dtype, device=device).set_(
-            storage, 0, shape, _contiguous_strides(shape)
+            storage, 0, shape, contiguous_strides(shape)
         )
     except Exception as exc:
         raise RuntimeError(
             f"cannot view {device} memory at 0x{ptr:x} as {tuple(shape)} {dtype}: {exc}"
         ) from exc
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
-def check_one_layer_layout(paged: object) -> None:
-    """Refuse KV-cache layers that disagree in shape or dtype within one transfer.
-
-    LMCache describes all layers of one call with a single ``shape_desc`` and
-    does not check them: a layer of another shape or dtype would be copied with
-    the wrong geometry and stored as wrong bytes (or fail deep in a kernel).
-    Pointer tables (LMCache-driven) carry no shapes and pass unchecked.
-    """
-    if (
-        not isinstance(paged, list)
-        or not paged
-        or not all(isinstance(t, torch.Tensor) for t in paged)
-    ):
-        return
-    first = paged[0]
-    for index, layer in enumerate(paged):
-        if (
-            layer.shape != first.shape
-            or layer.dtype != first.dtype
-            or layer.device != first.device
-        ):
-            raise ValueError(
-                f"KV cache layers of one transfer must share shape, dtype and device: layer 0 is "
-                f"{tuple(first.shape)} {first.dtype} on {first.device}, layer {index} is "
-                f"{tuple(layer.shape)} {layer.dtype} on {layer.device}. Register layers with another "
-                "shape as a separate KV cache group, all in one dtype on one device."
-            )

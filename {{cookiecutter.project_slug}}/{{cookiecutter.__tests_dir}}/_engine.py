@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""A serving engine's processes, without vLLM: worker ranks and LMCache's scheduler adapter.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""A serving engine's processes, without vLLM: worker ranks and LMCache's scheduler
+adapter.
 
 Why it exists: the end-to-end tests drive a real ``lmcache server`` the way
 vLLM's ``LMCacheMPConnector`` does. Each worker rank is an ``e2e_worker.py``
 process using LMCache's ``LMCacheMPWorkerAdapter``; lookups go through
-``LMCacheMPSchedulerAdapter``. A rank costs about a second of CPU to start
+``LMCacheMPSchedulerAdapter`` (``Scheduler``, in ``_scheduler.py``, re-exported
+here). A rank costs about a second of CPU to start
 (forked from the suite's zygote, ``_spawn.py``), so ``Cluster`` keeps a model's
 ranks and scheduler alive across a module's tests.
 """
@@ -25,9 +27,9 @@ import threading
 import time
 
 # Third Party
+from _scheduler import Scheduler
 from _servers import LMCacheServer
 from _support import HERE, child_env
-from e2e_worker import BLOCK_SIZE
 import _spawn
 
 WORKER = HERE / "e2e_worker.py"
@@ -51,13 +53,33 @@ class Worker:
         extra_args: Sequence[str] = (),
     ):
         argv = [
-            sys.executable, str(WORKER), "--url", server_url, "--model", model, "--mode", mode,
-            "--rank", str(rank), "--world-size", str(world_size), "--tokens", str(tokens), *extra_args,
-        ]  # fmt: skip
+            sys.executable,
+            str(WORKER),
+            "--url",
+            server_url,
+            "--model",
+            model,
+            "--mode",
+            mode,
+            "--rank",
+            str(rank),
+            "--world-size",
+            str(world_size),
+            "--tokens",
+            str(tokens),
+            *extra_args,
+        ]
         self.log_path = log_path
         with log_path.open("w") as log:
-            self.process = _spawn.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                                        env=child_env(env), cwd=HERE.parent.parent)  # fmt: skip
+            self.process = _spawn.popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=child_env(env),
+                cwd=HERE.parent.parent,
+            )
         self._results: queue.Queue[dict | None] = queue.Queue()
         threading.Thread(target=self._read_stdout, daemon=True).start()
 
@@ -77,15 +99,15 @@ class Worker:
             result = self._results.get(timeout=timeout)
         except queue.Empty:
             result = None
-            if (
-                self.process.poll() is None
-            ):  # stalled: dump its stacks into the log first
+            # stalled: dump its stacks into the log first
+            if self.process.poll() is None:
                 self.process.send_signal(signal.SIGUSR1)
                 time.sleep(1)
             self.process.kill()
         if result is None:
             raise AssertionError(
-                f"worker gave no result (exit {self.process.poll()}):\n{self.log()[-4000:]}"
+                f"worker gave no result (exit {self.process.poll()}):\n"
+                f"{self.log()[-4000:]}"
             )
         result["log"] = self.log()
         return result
@@ -140,15 +162,31 @@ def close_all(ranks: Iterable[Worker], timeout: float = 60) -> list[int]:
     return [worker.close(timeout) for worker in ranks]
 
 
-def start_ranks(server_url: str, log_dir: Path, *, model: str, world_size: int, tokens: int, mode: str,
-                extra_args: Sequence[str] = ()) -> list[Worker]:  # fmt: skip
+def start_ranks(
+    server_url: str,
+    log_dir: Path,
+    *,
+    model: str,
+    world_size: int,
+    tokens: int,
+    mode: str,
+    extra_args: Sequence[str] = (),
+) -> list[Worker]:
     """``world_size`` ranks of ``model``, each in its own process, logging to
     ``<log_dir>/<model>-rank<N>.log``."""
 
     def start(rank: int) -> Worker:
         log_path = log_dir / f"{model}-rank{rank}.log"
-        return Worker(server_url, model=model, rank=rank, world_size=world_size, tokens=tokens, mode=mode,
-                      log_path=log_path, extra_args=extra_args)  # fmt: skip
+        return Worker(
+            server_url,
+            model=model,
+            rank=rank,
+            world_size=world_size,
+            tokens=tokens,
+            mode=mode,
+            log_path=log_path,
+            extra_args=extra_args,
+        )
 
     return [start(rank) for rank in range(world_size)]
 
@@ -177,90 +215,6 @@ def workers(
         yield started
     finally:
         close_all(started)
-
-
-class Scheduler:
-    """LMCache's scheduler-side adapter (what vLLM's connector uses) for lookups."""
-
-    def __init__(self, server_url: str, model: str, world_size: int, block_size: int = BLOCK_SIZE,
-                 mq_timeout: float = 20.0, mla: bool = False):  # fmt: skip
-        # Third Party
-        import zmq
-
-        # First Party
-        from lmcache.integration.vllm.vllm_multi_process_adapter import (
-            LMCacheMPSchedulerAdapter,
-            ParallelStrategy,
-        )
-
-        strategy = ParallelStrategy(
-            mla_only=mla,
-            vllm_world_size=world_size,
-            vllm_worker_id=0,
-            tp_size=world_size,
-            pp_size=1,
-            n_servers=1,
-        )
-        self.adapter = LMCacheMPSchedulerAdapter(
-            [server_url],
-            zmq.Context.instance(),
-            model,
-            block_size,
-            strategy,
-            extra_config={
-                "lmcache.mp.mq_timeout": mq_timeout,
-                "lmcache.mp.heartbeat_interval": 1.0,
-            },
-        )
-        self.mq_timeout = mq_timeout
-
-    def lookup_until(
-        self,
-        request_prefix: str,
-        tokens: list[int],
-        expected: int,
-        timeout: float = 20.0,
-    ) -> tuple[str, int]:
-        """Look up with fresh request ids until ``expected`` tokens hit (LMCache-driven
-        stores commit asynchronously); returns the request id whose lookup holds the
-        read locks, and the hit."""
-        deadline = time.monotonic() + timeout
-        attempt = 0
-        while True:
-            request_id = f"{request_prefix}-{attempt}"
-            hit = self.lookup(request_id, tokens)
-            if hit >= expected or time.monotonic() > deadline:
-                return request_id, hit
-            self.release(request_id, tokens, hit)
-            attempt += 1
-            time.sleep(0.02)
-
-    def lookup(self, request_id: str, tokens: list[int]) -> int:
-        """Hit tokens for ``tokens`` (prefix, all ranks); also read-locks them for one
-        retrieve."""
-        self.adapter.maybe_submit_lookup_request(request_id, tokens)
-        deadline = time.monotonic() + self.mq_timeout
-        while time.monotonic() < deadline:
-            hit = self.adapter.check_lookup_result(request_id)
-            if hit is not None:
-                return int(hit)
-            time.sleep(0.005)
-        raise AssertionError(
-            f"lookup {request_id!r} did not finish within {self.mq_timeout}s"
-        )
-
-    def end_session(self, request_id: str) -> None:
-        self.adapter.end_session(request_id)
-
-    def release(self, request_id: str, tokens: list[int], hit: int) -> None:
-        """End a lookup that no retrieve will follow: free the read locks its hit holds,
-        end its session."""
-        if hit:
-            self.adapter.free_lookup_locks(tokens, 0, hit, request_id)
-        self.end_session(request_id)
-
-    def close(self) -> None:
-        self.adapter.shutdown()
 
 
 class Cluster:

@@ -37,13 +37,16 @@ from _support import child_env
 import _spawn
 
 DEVICE = "{{ cookiecutter.device_name }}"
+{%- if cookiecutter.emulator == 'yes' %}
+EMULATOR_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}"
+{%- endif %}
 #: Tokens per LMCache chunk on every server the suite starts.
 CHUNK = 64
 #: What a server needs to run this plugin (its cache context, event backend and ops).
 PLUGIN_SERVER_ENV: dict[str, str | None] = {
     "LMCACHE_DEVICE_BACKEND": "{{ cookiecutter.backend_name }}",
 {%- if cookiecutter.emulator == 'yes' %}
-    "{{ cookiecutter.__emulator_env_var }}": os.environ.get("{{ cookiecutter.__emulator_env_var }}", "1"),
+    EMULATOR_ENV_VAR: os.environ.get(EMULATOR_ENV_VAR, "1"),
 {%- endif %}
 }
 #: The servers the suite shares, by kind: transfer mode, an SHM pool, and whether it
@@ -109,9 +112,8 @@ class LMCacheServer:
         lazy_l1: bool = True,
         extra_args: Sequence[str] = (),
     ):
-        self.port = (
-            port or free_port()
-        )  # a given port: restart a server where workers expect it
+        # a given port: restart a server where workers expect it
+        self.port = port or free_port()
         self.http_port = free_port()
         self.log_path = log_path
         self.transfer_mode = transfer_mode
@@ -120,13 +122,25 @@ class LMCacheServer:
         self.argv = [
             str(Path(sys.executable).with_name("lmcache")),
             "server",
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
-            "--l1-size-gb", str(l1_size_gb), "--eviction-policy", "LRU",
-            "--chunk-size", str(chunk_size),
-            "--max-workers", "2",
-            "--supported-transfer-mode", transfer_mode,
-        ]  # fmt: skip
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--http-host",
+            "127.0.0.1",
+            "--http-port",
+            str(self.http_port),
+            "--l1-size-gb",
+            str(l1_size_gb),
+            "--eviction-policy",
+            "LRU",
+            "--chunk-size",
+            str(chunk_size),
+            "--max-workers",
+            "2",
+            "--supported-transfer-mode",
+            transfer_mode,
+        ]
         if shm_name:
             # The SHM pool needs a non-lazy L1; LMCache keeps L1 lazy (and silently
             # serves engine-driven workers by pickle) when the device can pin memory.
@@ -140,13 +154,19 @@ class LMCacheServer:
     def start(self, ready_timeout: float = 90) -> None:
         """Start the server and poll its health check until it answers."""
         with self.log_path.open("wb") as log:
-            self.process = _spawn.popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                        start_new_session=True)  # fmt: skip
+            self.process = _spawn.popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(
-                    f"lmcache server exited with {self.process.returncode}:\n{self.log_tail()}"
+                    f"lmcache server exited with {self.process.returncode}:\n"
+                    f"{self.log_tail()}"
                 )
             try:
                 with urllib.request.urlopen(

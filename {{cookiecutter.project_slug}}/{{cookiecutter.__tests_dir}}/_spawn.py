@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Start the suite's Python programs from a warm interpreter: the same programs, less CPU each.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Start the suite's Python programs from a warm interpreter: the same programs, less
+CPU each.
 
 Why it exists: the suite starts dozens of Python processes (``lmcache server``s,
 worker ranks, doctor runs, fresh registries), and most of each one's CPU went to
@@ -15,13 +16,15 @@ What a child does not get fresh: the modules in ``PRELOAD``, imported with the
 suite's environment. So the zygote never imports lmcache, this plugin or the
 device's torch extension (LMCache builds its plugin registry at ``import
 lmcache``, from the child's own environment; torch's device-backend autoloading
-runs in each child, with its environment, as ``import torch`` would), and a program whose environment
-differs in anything but ``SAFE_TO_VARY`` runs as a plain subprocess, as do
-calls with ``fresh=True`` (tests of what a fresh interpreter imports) and every
-call when ``FRESH_ENV_VAR=1`` (a device runtime that cannot be forked).
+runs in each child, with its environment, as ``import torch`` would), and a
+program whose environment differs in anything but ``SAFE_TO_VARY`` runs as a
+plain subprocess, as do calls with ``fresh=True`` (tests of what a fresh
+interpreter imports) and every call when ``FRESH_ENV_VAR=1`` (a device runtime
+that cannot be forked).
 
-``popen()`` and ``run()`` mirror ``subprocess.Popen`` and ``subprocess.run``.
-This module must not import lmcache, this plugin or torch.
+``popen()`` and ``run()`` mirror ``subprocess.Popen`` and ``subprocess.run``; a
+forked program's handle is a ``ForkedProcess`` (``_forked.py``, re-exported
+here). This module must not import lmcache, this plugin or torch.
 """
 
 # Future
@@ -34,17 +37,31 @@ from typing import IO, Any
 import atexit
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 
+# Third Party
+from _forked import ForkedProcess
+
 #: Third-party modules the suite's programs import, loaded once by the zygote (absent
 #: ones are left out).
-PRELOAD = ("torch", "numpy", "zmq", "msgspec", "transformers", "fastapi", "uvicorn", "aiohttp", "httpx",
-           "prometheus_client", "google.cloud.bigtable.data", "numba")  # fmt: skip
+PRELOAD = (
+    "torch",
+    "numpy",
+    "zmq",
+    "msgspec",
+    "transformers",
+    "fastapi",
+    "uvicorn",
+    "aiohttp",
+    "httpx",
+    "prometheus_client",
+    "google.cloud.bigtable.data",
+    "numba",
+)
 #: Environment variables a forked program may set differently from the zygote (none is
 #: read by ``PRELOAD``; pytest changes PYTEST_CURRENT_TEST for every test).
 SAFE_TO_VARY = ("LMCACHE_", "DEVICE_TYPE", "PYTHONPATH", "PYTEST_")
@@ -65,9 +82,17 @@ FRESH_ENV_VAR = "LMCACHE_TESTS_FRESH_INTERPRETERS"
 
 
 def popen(
-    argv: Sequence[str], *, env: Mapping[str, str], cwd: str | Path | None = None, stdin: Any = None,
-    stdout: Any = None, stderr: Any = None, text: bool = False, start_new_session: bool = False, fresh: bool = False,
-) -> Any:  # fmt: skip
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | Path | None = None,
+    stdin: Any = None,
+    stdout: Any = None,
+    stderr: Any = None,
+    text: bool = False,
+    start_new_session: bool = False,
+    fresh: bool = False,
+) -> Any:
     """``subprocess.Popen(argv, ...)``: forked from the zygote when it can be, else a
     plain subprocess.
 
@@ -75,8 +100,16 @@ def popen(
     or ``subprocess.STDOUT`` (stderr)."""
     argv = [str(arg) for arg in argv]
     if fresh or not _forkable(argv, env):
-        return subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, text=text,
-                                start_new_session=start_new_session)  # fmt: skip
+        return subprocess.Popen(
+            argv,
+            env=dict(env),
+            cwd=cwd,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            text=text,
+            start_new_session=start_new_session,
+        )
     return _zygote().spawn(
         argv,
         dict(env),
@@ -131,9 +164,8 @@ def _forkable(argv: list[str], env: Mapping[str, str]) -> bool:
         len(argv) < 2 or argv[1].startswith("-") and argv[1] not in ("-c", "-m")
     ):
         return False  # interpreter options (-X, -W, ...) need a fresh interpreter
-    zygote_env = (
-        _zygote().env
-    )  # what PRELOAD saw at import, whatever this process's environment is now
+    # what PRELOAD saw at import, whatever this process's environment is now
+    zygote_env = _zygote().env
     changed = {
         key for key in {*env, *zygote_env} if env.get(key) != zygote_env.get(key)
     }
@@ -150,94 +182,27 @@ def _is_python_script(path: str) -> bool:
         return False
 
 
-class ForkedProcess:
-    """The parts of ``subprocess.Popen`` the suite uses, for a program the zygote
-    forked.
-
-    The zygote is the program's parent: it reports the exit status on this
-    program's own connection. Signals go to the PID directly."""
-
-    def __init__(
-        self,
-        args: list[str],
-        conn: socket.socket,
-        stdin: IO[Any] | None,
-        stdout: IO[Any] | None,
-    ) -> None:
-        self.args, self._conn, self.stdin, self.stdout, self.stderr = (
-            args,
-            conn,
-            stdin,
-            stdout,
-            None,
-        )
-        self.returncode: int | None = None
-        self._received = b""  # kept across a timeout: a line may arrive in pieces
-        self.pid = int(self._line(None))
-
-    def _line(self, timeout: float | None) -> str:
-        self._conn.settimeout(timeout)
-        while b"\n" not in self._received:
-            chunk = self._conn.recv(64)
-            if not chunk:
-                raise RuntimeError(
-                    f"the test zygote went away while running {self.args}"
-                )
-            self._received += chunk
-        line, self._received = self._received.split(b"\n", 1)
-        return line.decode()
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                self.wait(timeout=0)
-            except subprocess.TimeoutExpired:
-                pass
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            try:
-                self.returncode = int(self._line(timeout))
-            except (TimeoutError, BlockingIOError):
-                raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
-            self._conn.close()
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            try:
-                os.kill(self.pid, sig)
-            except (
-                ProcessLookupError
-            ):  # reaped by the zygote before it reported the status: as Popen, skip
-                pass
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-
 class _Zygote:
     """The client side: starts the zygote (``python _zygote.py``) and asks it for
     children."""
 
     def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(
-            prefix="lmcache-tests-zygote-"
-        )  # its log; removed when it exits
+        # its log; removed when it exits
+        self.dir = tempfile.mkdtemp(prefix="lmcache-tests-zygote-")
         self.address = socket_address(self.dir)
         self.env = {**os.environ, **QUIET_ENV}
         zygote = str(Path(__file__).with_name("_zygote.py"))
-        env = {
-            **self.env,
-            **NO_AUTOLOAD,
-        }  # self.env: what the children's environments are compared with
+        # self.env: what the children's environments are compared with
+        env = {**self.env, **NO_AUTOLOAD}
         with open(os.path.join(self.dir, "log"), "wb") as log:
-            self.process = subprocess.Popen([sys.executable, zygote, self.dir], stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE, stderr=log, env=env, cwd=self.dir)  # fmt: skip
+            self.process = subprocess.Popen(
+                [sys.executable, zygote, self.dir],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                cwd=self.dir,
+            )
         self._ready = threading.Event()
         self._lock = threading.Lock()
 
@@ -245,26 +210,24 @@ class _Zygote:
         self, argv, env, cwd, stdin, stdout, stderr, text, new_session
     ) -> ForkedProcess:  # type: ignore[no-untyped-def]
         with self._lock:
-            if (
-                not self._ready.is_set()
-            ):  # the zygote says "ready" once its imports are done
+            # the zygote says "ready" once its imports are done
+            if not self._ready.is_set():
                 assert self.process.stdout is not None
                 if self.process.stdout.readline() != b"ready\n":
-                    raise RuntimeError(
-                        f"the test zygote failed to start: {Path(self.dir, 'log').read_text()}"
-                    )
+                    log = Path(self.dir, "log").read_text()
+                    raise RuntimeError(f"the test zygote failed to start: {log}")
                 self._ready.set()
         ends: list[IO[Any] | None] = [None, None]
-        theirs, ours = (
-            [],
-            [],
-        )  # the child's stdin, stdout, stderr; the descriptors this process opened for it
+        # the child's stdin, stdout, stderr; the descriptors this process opened for it
+        theirs, ours = [], []
         for i, stream in enumerate((stdin, stdout)):
             if stream == subprocess.PIPE:
                 read, write = os.pipe()
                 mine, child = (write, read) if i == 0 else (read, write)
                 mode = ("w" if i == 0 else "r") + ("" if text else "b")
-                ends[i] = open(mine, mode, buffering=1 if text and i == 0 else -1)  # noqa: SIM115 - the caller's
+                buffering = 1 if text and i == 0 else -1
+                # the caller's to close
+                ends[i] = open(mine, mode, buffering=buffering)  # noqa: SIM115
                 theirs.append(child)
                 ours.append(child)
             else:

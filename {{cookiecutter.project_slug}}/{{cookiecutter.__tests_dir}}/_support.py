@@ -52,8 +52,13 @@ def run_python(
     from the suite's zygote unless ``fresh`` (tests of what a new interpreter imports;
     see _spawn.py)."""
     # Outside the source tree's src/ on sys.path.
-    return _spawn.run([sys.executable, "-c", code], env=child_env(env), timeout=timeout, cwd=HERE.parent.parent,
-                      fresh=fresh)  # fmt: skip
+    return _spawn.run(
+        [sys.executable, "-c", code],
+        env=child_env(env),
+        timeout=timeout,
+        cwd=HERE.parent.parent,
+        fresh=fresh,
+    )
 
 
 def gather_to_cpu(
@@ -182,7 +187,9 @@ RIVAL_SPEC = """
         ops_cls = None
 
         def is_available(self):  # wherever this plugin's device is
-            from {{ cookiecutter.__spec_module }} import {{ cookiecutter.class_prefix }}DeviceSpec
+            from {{ cookiecutter.__spec_module }} import (
+                {{ cookiecutter.class_prefix }}DeviceSpec,
+            )
 
             return {{ cookiecutter.class_prefix }}DeviceSpec().is_available()
 """
@@ -198,7 +205,9 @@ def baseline_loaded_cuda_runtime() -> bool:
     copy library differs by release: ``_lmcache_compat`` knows.
     """
     # First Party
-    from {{ cookiecutter.__package }}._lmcache_compat import baseline_copy_module
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        baseline_copy_module,
+    )
 
     return (
         baseline_copy_module._copy_lib is not baseline_copy_module._copy_lib_NOT_LOADED

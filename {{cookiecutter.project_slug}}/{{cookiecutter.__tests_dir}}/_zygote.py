@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The zygote of tests/_spawn.py: a Python process that has imported ``PRELOAD`` and forks the suite's programs.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The zygote of tests/_spawn.py: a Python process that has imported ``PRELOAD``
+and forks the suite's programs.
 
 Run as ``python _zygote.py DIRECTORY`` by ``_spawn.py`` (never imported). It reads
 requests (argv, environment, working directory, and three file descriptors for
-the child's standard streams, passed with SCM_RIGHTS) on the Unix socket named after DIRECTORY,
-answers each with the child's PID and, once the child has exited, its exit
-status as ``subprocess`` reports it. It is single-threaded (forking is safe),
-exits when the suite closes its stdin and its children are gone (killing them
-after 60 s), and never imports lmcache, this plugin or a device extension.
+the child's standard streams, passed with SCM_RIGHTS) on the Unix socket named
+after DIRECTORY, answers each with the child's PID and, once the child has
+exited, its exit status as ``subprocess`` reports it. It is single-threaded
+(forking is safe), exits when the suite closes its stdin and its children are
+gone (killing them after 60 s), and never imports lmcache, this plugin or a
+device extension.
 """
 
 # Future
@@ -39,8 +41,8 @@ def _serve(address: str) -> dict[str, Any] | None:
     for name in PRELOAD:
         try:
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001, S112 - absent or broken here: the programs import it themselves
-            continue
+        except Exception:  # noqa: BLE001, S112
+            continue  # absent or broken here: the programs import it themselves
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(64)
@@ -49,9 +51,8 @@ def _serve(address: str) -> dict[str, Any] | None:
         os.set_blocking(fd, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(
-        signal.SIGINT, signal.SIG_IGN
-    )  # Ctrl-C is the suite's to handle: it stops its programs
+    # Ctrl-C is the suite's to handle: it stops its programs
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     events = selectors.DefaultSelector()
     events.register(listener, selectors.EVENT_READ, "request")
     events.register(wake_read, selectors.EVENT_READ, "exited")
@@ -80,9 +81,9 @@ def _serve(address: str) -> dict[str, Any] | None:
                 conn, _ = listener.accept()
                 request, fds = _receive(conn)
                 pid = os.fork()
-                if (
-                    pid == 0
-                ):  # the child: nothing of the zygote's stays open, the request's streams are 0, 1, 2
+                # the child: nothing of the zygote's stays open, the request's
+                # streams are 0, 1, 2
+                if pid == 0:
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -153,10 +154,8 @@ def _run(request: dict[str, Any], base_path: list[str]) -> None:
     argv = (
         request["argv"][1:] if request["argv"][0] == sys.executable else request["argv"]
     )
-    if argv[0] in (
-        "-c",
-        "-m",
-    ):  # sys.path[0] as python sets it: "" for -c, the working directory for -m
+    # sys.path[0] as python sets it: "" for -c, the working directory for -m
+    if argv[0] in ("-c", "-m"):
         first = "" if argv[0] == "-c" else os.getcwd()
     else:  # a script: its own directory
         first = os.path.dirname(os.path.realpath(argv[0]))
@@ -184,7 +183,8 @@ def _run(request: dict[str, Any], base_path: list[str]) -> None:
     )
     if argv[0] != "-c":
         main.__file__ = argv[0]
-    exec(compile(source, filename, "exec"), main.__dict__)  # noqa: S102 - the program, as python runs it
+    # the program, as python runs it
+    exec(compile(source, filename, "exec"), main.__dict__)  # noqa: S102
 
 
 if __name__ == "__main__":
@@ -193,9 +193,8 @@ if __name__ == "__main__":
     ]
     _base_path = [entry for entry in sys.path[1:] if entry not in _suite_path]
     _request = _serve(socket_address(sys.argv[1]))
-    if (
-        _request is None
-    ):  # the suite and every child are gone: so is the zygote's directory
+    # the suite and every child are gone: so is the zygote's directory
+    if _request is None:
         shutil.rmtree(sys.argv[1], ignore_errors=True)
     else:
         _run(_request, _base_path)

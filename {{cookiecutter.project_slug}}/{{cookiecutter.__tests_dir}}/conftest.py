@@ -30,6 +30,14 @@ import os
 {%- if cookiecutter.emulator == 'yes' %}
 import sys
 {%- endif %}
+
+DEVICE = "{{ cookiecutter.device_name }}"
+PACKAGE = "{{ cookiecutter.__package }}"
+TORCH_MODULE = "{{ cookiecutter.__torch_module_name }}"
+EMULATOR_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}"
+{%- if cookiecutter.ownership == 'wheel' %}
+DISTRIBUTION = "{{ cookiecutter.project_slug }}"
+{%- endif %}
 {%- if cookiecutter.emulator == 'no' %}
 
 
@@ -58,14 +66,14 @@ if DEVICE_PRESENT:
     os.environ.setdefault("LMCACHE_DEVICE_BACKEND", "{{ cookiecutter.backend_name }}")
 {%- else %}
 
-os.environ.setdefault("{{ cookiecutter.__emulator_env_var }}", "1")
+os.environ.setdefault(EMULATOR_ENV_VAR, "1")
 os.environ.setdefault("LMCACHE_DEVICE_BACKEND", "{{ cookiecutter.backend_name }}")
-if os.environ["{{ cookiecutter.__emulator_env_var }}"] == "1":
+if os.environ[EMULATOR_ENV_VAR] == "1":
     if find_spec("{{ cookiecutter.__emulator_package }}") is None:
         raise ImportError(
-            "{{ cookiecutter.__emulator_env_var }}=1 but the CPU emulator is not "
-            "installed: pip install ./{{ cookiecutter.__emulator_dir }} (or set "
-            "{{ cookiecutter.__emulator_env_var }}=0 on a {{ cookiecutter.device_name }} host)"
+            f"{EMULATOR_ENV_VAR}=1 but the CPU emulator is not installed: pip install "
+            "./{{ cookiecutter.__emulator_dir }} "
+            f"(or set {EMULATOR_ENV_VAR}=0 on a {DEVICE} host)"
         )
     # imported before this file set the variable: torch's autoloading has run
     if "torch" in sys.modules:
@@ -88,23 +96,23 @@ from importlib import metadata  # noqa: E402
 
 def pytest_report_header() -> list[str]:
     """Say which backend and LMCache are under test, and from where."""
-    spec = find_spec("{{ cookiecutter.__package }}")
+    spec = find_spec(PACKAGE)
     origin = spec.origin if spec else "NOT INSTALLED"
     backend = os.environ.get("LMCACHE_DEVICE_BACKEND")
 {%- if cookiecutter.emulator == 'yes' %}
-    emulator = os.environ["{{ cookiecutter.__emulator_env_var }}"]
+    emulator = os.environ[EMULATOR_ENV_VAR]
 {%- endif %}
     return [
 {%- if cookiecutter.ownership == 'in_tree' %}
-        f"{{ cookiecutter.__package }} (in-tree) from {origin}",
+        f"{PACKAGE} (in-tree) from {origin}",
 {%- else %}
-        f"{{ cookiecutter.__package }} {metadata.version('{{ cookiecutter.project_slug }}')} from {origin}",
+        f"{PACKAGE} {metadata.version(DISTRIBUTION)} from {origin}",
 {%- endif %}
         f"lmcache {metadata.version('lmcache')}, torch {metadata.version('torch')}",
 {%- if cookiecutter.emulator == 'yes' %}
-        f"{{ cookiecutter.__emulator_env_var }}={emulator} LMCACHE_DEVICE_BACKEND={backend}",
+        f"{EMULATOR_ENV_VAR}={emulator} LMCACHE_DEVICE_BACKEND={backend}",
 {%- else %}
-        f"{{ cookiecutter.device_name }} device present: {DEVICE_PRESENT}; LMCACHE_DEVICE_BACKEND={backend}",
+        f"{DEVICE} device present: {DEVICE_PRESENT}; LMCACHE_DEVICE_BACKEND={backend}",
 {%- endif %}
     ]
 
@@ -194,7 +202,8 @@ def lmcache_driven(spec):  # type: ignore[no-untyped-def]
     context)."""
     if not spec.is_lmcache_driven_available() or spec.ipc_wrapper_cls is None:
         pytest.skip(
-            f"{type(spec).__name__} does not offer LMCache-driven transfer (engine-driven only)"
+            f"{type(spec).__name__} does not offer LMCache-driven transfer "
+            "(engine-driven only)"
         )
     return spec
 
@@ -290,7 +299,7 @@ def runtime():  # type: ignore[no-untyped-def]
     {{ cookiecutter.device_name }} device here)."""
     module = device_runtime()
     if module is None:
-        pytest.skip("torch.{{ cookiecutter.__torch_module_name }} is not loaded: no {{ cookiecutter.device_name }} device here")
+        pytest.skip(f"torch.{TORCH_MODULE} is not loaded: no {DEVICE} device here")
     return module
 
 
@@ -299,7 +308,7 @@ def emulator(runtime):  # type: ignore[no-untyped-def]
     """The runtime when it is the CPU emulator (injected faults, mapping counts); skips
     the test otherwise."""
     if not on_emulator():
-        pytest.skip("needs the CPU emulator ({{ cookiecutter.__emulator_env_var }}=1)")
+        pytest.skip(f"needs the CPU emulator ({EMULATOR_ENV_VAR}=1)")
     return runtime
 
 

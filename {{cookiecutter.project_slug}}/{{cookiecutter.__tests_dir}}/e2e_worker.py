@@ -3,20 +3,25 @@
 
 Run as a separate process by ``test_e2e_engine_driven.py``: LMCache builds its
 device registry once per process, so each worker selects the
-``{{ cookiecutter.backend_name }}`` backend from its own environment. It uses the same classes
-vLLM's ``LMCacheMPConnector`` uses (``LMCacheMPWorkerAdapter``), with KV caches
-on ``{{ cookiecutter.device_name }}`` tensors, and prints one JSON line with what it observed.
+``{{ cookiecutter.backend_name }}`` backend from its own environment. It uses
+the same classes vLLM's ``LMCacheMPConnector`` uses (``LMCacheMPWorkerAdapter``),
+with KV caches on ``{{ cookiecutter.device_name }}`` tensors, and prints one JSON
+line with what it observed.
 
 Protocol (one JSON line per step on stdout; logs go to stderr):
-  start        register seeded random KV, store ``--tokens`` tokens  -> {"phase": "store", ...}
-               register a second, all-zero KV cache                  -> {"phase": "ready"}
-  stdin line   ``retrieve <request_id> [first token]`` (after the scheduler's lookup with that id):
-               retrieve into disjoint zeroed blocks, compare bytes   -> {"phase": "retrieve", ...}
-               (per layer, the block positions restored byte-exact and the layers with
-               bytes written outside them: a sliding window restores only its window)
-  stdin line   ``store <first token> [tokens]``: store another prompt (``--tokens`` long unless
-               given), with KV bytes seeded by it (so a retrieve that returned another
-               prompt's chunks shows)                                  -> {"phase": "store", ...}
+  start        register seeded random KV, store ``--tokens`` tokens
+               -> {"phase": "store", ...}
+               register a second, all-zero KV cache -> {"phase": "ready"}
+  stdin line   ``retrieve <request_id> [first token]`` (after the scheduler's
+               lookup with that id): retrieve into disjoint zeroed blocks,
+               compare bytes -> {"phase": "retrieve", ...}
+               (per layer, the block positions restored byte-exact and the
+               layers with bytes written outside them: a sliding window
+               restores only its window)
+  stdin line   ``store <first token> [tokens]``: store another prompt
+               (``--tokens`` long unless given), with KV bytes seeded by it (so
+               a retrieve that returned another prompt's chunks shows)
+               -> {"phase": "store", ...}
   stdin EOF    unregister both caches and exit.
 """
 
@@ -35,141 +40,19 @@ import time
 import uuid
 
 # Third Party
+from _worker_kv import (
+    BLOCK_SIZE,
+    DTYPE,
+    HEAD_SIZE,
+    MLA_HEAD_SIZE,
+    NUM_HEADS,
+    compare,
+    engine_groups,
+    make_adapter,
+    source_kv,
+    token_ids,
+)
 import torch
-
-BLOCK_SIZE = 16
-NUM_HEADS = 2
-HEAD_SIZE = 32
-#: MLA's latent vector per token (DeepSeek's: 512 compressed KV + 64 rotary).
-MLA_HEAD_SIZE = 576
-DTYPE = torch.float16
-
-
-def token_ids(tokens: int, first: int = 7) -> list[int]:
-    """The prompt every rank stores and retrieves (the scheduler looks up the same)."""
-    return list(range(first, first + tokens))
-
-
-def kv_shape(
-    layers: int,
-    blocks: int,
-    heads: int = NUM_HEADS,
-    head_size: int = HEAD_SIZE,
-    layout: str = "flash",
-) -> dict[str, tuple[int, ...]]:
-    """vLLM's layouts: flash attention (2, blocks, block_size, heads, head_size) per
-    layer, or MLA's one latent vector per token (blocks, block_size, head_size)."""
-    shape = (
-        (blocks, BLOCK_SIZE, head_size)
-        if layout == "mla"
-        else (2, blocks, BLOCK_SIZE, heads, head_size)
-    )
-    return {f"layer.{i}": shape for i in range(layers)}
-
-
-def block_of(layer: torch.Tensor, block: int, layout: str) -> torch.Tensor:
-    """One paged block of one layer, a view (the block dimension is MLA's first, flash
-    attention's second)."""
-    return layer[block] if layout == "mla" else layer[:, block]
-
-
-def engine_groups(layers: int, windows: list[int]) -> list[list[int]]:
-    """Layer indices per engine group: layer ``i`` is in group ``i % len(windows)``
-    (hybrid models interleave)."""
-    return [list(range(group, layers, len(windows))) for group in range(len(windows))]
-
-
-def compare(
-    target: torch.Tensor,
-    stored: torch.Tensor,
-    target_blocks: list[int],
-    source_blocks: list[int],
-    layout: str,
-) -> tuple[list[int], bool]:
-    """Positions ``i`` where ``target`` block ``target_blocks[i]`` holds ``stored``
-    block ``source_blocks[i]`` byte for byte, and whether any other byte of ``target``
-    (zeroed before the retrieve) is not zero."""
-    target, stored = target.cpu().view(torch.uint8), stored.view(torch.uint8)
-    restored = [
-        i
-        for i, (got, want) in enumerate(zip(target_blocks, source_blocks, strict=True))
-        if torch.equal(block_of(target, got, layout), block_of(stored, want, layout))
-    ]
-    for i in restored:
-        block_of(target, target_blocks[i], layout).zero_()
-    return restored, bool(target.any())
-
-
-def source_kv(
-    layers: int,
-    blocks: int,
-    seed: int,
-    heads: int = NUM_HEADS,
-    head_size: int = HEAD_SIZE,
-    layout: str = "flash",
-) -> dict[str, torch.Tensor]:
-    """The bytes a rank stores: a pure function of (shape, seed), on the CPU."""
-    generator = torch.Generator().manual_seed(seed)
-    return {
-        name: torch.randn(shape, generator=generator, dtype=torch.float32).to(DTYPE)
-        for name, shape in kv_shape(layers, blocks, heads, head_size, layout).items()
-    }
-
-
-def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
-    """A registered ``LMCacheMPWorkerAdapter`` for this rank, engine-driven, short
-    timeouts."""
-    # Third Party
-    import zmq
-
-    # First Party
-    from lmcache.integration.vllm.vllm_multi_process_adapter import (
-        LMCacheMPWorkerAdapter,
-        ParallelStrategy,
-    )
-
-    # after import lmcache
-    from {{ cookiecutter.__package }}._lmcache_compat import register_kv_caches
-
-    strategy = ParallelStrategy(
-        mla_only=args.layout == "mla",
-        vllm_world_size=args.world_size,
-        vllm_worker_id=args.rank,
-        tp_size=args.world_size,
-        pp_size=1,
-        n_servers=1,
-    )
-    adapter = LMCacheMPWorkerAdapter(
-        args.url,
-        zmq.Context.instance(),
-        args.model,
-        BLOCK_SIZE,
-        strategy,
-        extra_config={
-            "lmcache.mp.mq_timeout": args.mq_timeout,
-            "lmcache.mp.mp_transfer_mode": args.mode,
-            "lmcache.mp.heartbeat_interval": 1.0,
-        },
-    )
-    infos = []
-    if (
-        len(args.sw_windows) > 1
-    ):  # a hybrid model: one engine group (block-id space) per window
-        # First Party
-        from lmcache.v1.multiprocess.group_view import EngineGroupInfo
-
-        layers = engine_groups(args.layers, args.sw_windows)
-        infos = [
-            EngineGroupInfo(
-                group,
-                tuple(layers[group]),
-                tokens_per_block=BLOCK_SIZE,
-                sw_size_tokens=window,
-            )
-            for group, window in enumerate(args.sw_windows)
-        ]
-    register_kv_caches(adapter, kv, infos)
-    return adapter
 
 
 def report(**fields: Any) -> None:
@@ -205,8 +88,9 @@ def main() -> int:
         "--sw-windows",
         type=lambda text: [int(window) for window in text.split(",")],
         default=[-1],
-        help="one engine group per entry, its sliding window in tokens (-1: full attention); "
-        "more than one: a hybrid model, layer i in group i %% entries, LMCache-driven only",
+        help="one engine group per entry, its sliding window in tokens (-1: full "
+        "attention); more than one: a hybrid model, layer i in group i %% entries, "
+        "LMCache-driven only",
     )
     args = parser.parse_args()
     args.head_size = args.head_size or (
@@ -224,9 +108,8 @@ def main() -> int:
     used_blocks = args.tokens // BLOCK_SIZE
     num_blocks = 2 * used_blocks + 2
     device = torch.device(args.device, args.rank % max(1, _device_count(args.device)))
-    getattr(torch, device.type).set_device(
-        device
-    )  # as a vLLM worker does: LMCache uses the current device
+    # as a vLLM worker does: LMCache uses the current device
+    getattr(torch, device.type).set_device(device)
 
     def kv_for(first_token: int) -> dict[str, torch.Tensor]:
         """The KV bytes stored under the prompt starting at ``first_token`` (CPU,
@@ -252,23 +135,29 @@ def main() -> int:
     source = make_adapter(args, source_kv_device)
     # First Party
     # after lmcache
-    from {{ cookiecutter.__package }}._lmcache_compat import recorded_event
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        recorded_event,
+    )
 
     def store(first_token: int, tokens: int = args.tokens) -> None:
-        if (
-            first_token != args.first_token
-        ):  # the registered tensors stay; their bytes change
+        # the registered tensors stay; their bytes change
+        if first_token != args.first_token:
             for name, values in kv_for(first_token).items():
                 source_kv_device[name].copy_(values)
         prompt = token_ids(tokens, first_token)
-        op = LoadStoreOp(token_ids=prompt, block_ids=[b[: -(-tokens // BLOCK_SIZE)] for b in source_blocks],
-                         start=0, end=tokens)  # fmt: skip
+        op = LoadStoreOp(
+            token_ids=prompt,
+            block_ids=[b[: -(-tokens // BLOCK_SIZE)] for b in source_blocks],
+            start=0,
+            end=tokens,
+        )
         # A fresh request id per store: the server caches a request's chunk hashes by
         # id, so reusing one for another prompt "stores" nothing and still says True.
         store_id = f"store-{uuid.uuid4().hex}"
         started = time.perf_counter()
         error = ""
-        try:  # a dead or silent server must end in a reported failure, not a crashed worker
+        # a dead or silent server must end in a reported failure, not a crashed worker
+        try:
             source.submit_store_request(
                 store_id, op, recorded_event(source, device.type)
             )
@@ -322,9 +211,8 @@ def main() -> int:
             ok = bool(future.result(timeout=args.mq_timeout))
         except Exception as exc:  # noqa: BLE001 - reported to the test
             ok, error = False, f"{type(exc).__name__}: {exc}"
-        getattr(torch, device.type).synchronize(
-            device
-        )  # the rank's device, not the current one
+        # the rank's device, not the current one
+        getattr(torch, device.type).synchronize(device)
         elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
         stored = kv_for(first_token)
         restored, stray = {}, []

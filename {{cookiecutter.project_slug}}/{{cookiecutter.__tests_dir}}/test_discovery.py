@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""LMCache finds, validates and selects the {{ 'in-tree backend' if cookiecutter.ownership == 'in_tree' else 'installed plugin' }} (guide: "Debugging checklist").
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""LMCache finds, validates and selects the {{ 'in-tree backend' if cookiecutter.ownership == 'in_tree' else 'installed plugin' }}.
 
-LMCache builds its registry once per process, inside ``import lmcache``, so
-every case runs in a fresh interpreter with its own environment; cases that
-need the same environment read one probe of it.
+Guide: "Debugging checklist". LMCache builds its registry once per process, inside
+``import lmcache``, so every case runs in a fresh interpreter with its own
+environment; cases that need the same environment read one probe of it.
 """
 
 # Future
@@ -22,7 +22,9 @@ import pytest
 BACKEND = "{{ cookiecutter.backend_name }}"
 DEVICE = "{{ cookiecutter.device_name }}"
 PACKAGE = "{{ cookiecutter.__package }}"
-SPEC_PATH = "{{ cookiecutter.__spec_module }}:{{ cookiecutter.class_prefix }}DeviceSpec"
+SPEC_CLASS = "{{ cookiecutter.class_prefix }}DeviceSpec"
+SPEC_PATH = f"{{ cookiecutter.__spec_module }}:{SPEC_CLASS}"
+DISTRIBUTION = "{{ cookiecutter.project_slug }}"
 EMULATOR = "{{ cookiecutter.__emulator_env_var }}"
 
 PROBE = (
@@ -32,13 +34,18 @@ PROBE = (
     import lmcache
     from lmcache.v1.platform import _DEVICE_REGISTRY, resolve_device_ops
     from lmcache.v1.platform._device_detect import DEVICE_PLUGIN_ENTRY_POINT_GROUP
-    after_import = sorted(m for m in sys.modules if m == __PACKAGE__ or
-    m.startswith(__PACKAGE__ + ".")) ops = resolve_device_ops(__DEVICE__)
+    after_import = sorted(
+        m for m in sys.modules if m == __PACKAGE__ or m.startswith(__PACKAGE__ + ".")
+    )
+    ops = resolve_device_ops(__DEVICE__)
     name = lambda obj: type(obj).__module__ + "." + type(obj).__name__
 {%- if cookiecutter.ownership == 'wheel' %}
     compat = sys.modules[__PACKAGE__ + "._lmcache_compat"]  # loaded with the spec
-    release_range = [compat.SUPPORTED_LMCACHE, compat.TESTED_LMCACHE_VERSIONS,
-    compat.installed_lmcache_version()]
+    release_range = [
+        compat.SUPPORTED_LMCACHE,
+        compat.TESTED_LMCACHE_VERSIONS,
+        compat.installed_lmcache_version(),
+    ]
 {%- endif %}
     print(json.dumps(dict(
         registered=sorted(_DEVICE_REGISTRY),
@@ -83,28 +90,25 @@ def probe(env: Mapping[str, str | None]) -> tuple[dict, str]:
 
 {% if cookiecutter.ownership == 'in_tree' -%}
 @pytest.mark.without_device
-def test_built_in_scan_registers_the_spec_defined_in_the_package_init_without_an_entry_point() -> (
-    None
-):
+def test_built_in_scan_registers_the_package_init_spec_without_an_entry_point() -> None:
     """LMCache's scan of lmcache.v1.platform.devices finds the spec in ``__init__.py``;
     no entry point is used."""
     done = run_python(
         "import json, lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY as r; "
-        f"s = r.get({BACKEND!r}); print(json.dumps(s and [type(s).__module__, type(s).__name__]))",
+        f"s = r.get({BACKEND!r}); "
+        "print(json.dumps(s and [type(s).__module__, type(s).__name__]))",
         PLAIN,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
-    assert found == [PACKAGE, "{{ cookiecutter.class_prefix }}DeviceSpec"], done.stderr[-3000:]
+    assert found == [PACKAGE, SPEC_CLASS], done.stderr[-3000:]
     group = metadata.entry_points(group="{{ cookiecutter._entry_point_group }}")
     assert not [
         ep for ep in group if ep.name == BACKEND or ep.value.startswith(PACKAGE)
     ]
 {%- else -%}
 @pytest.mark.without_device
-def test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec_class() -> (
-    None
-):
+def test_entry_point_is_named_after_the_backend_and_points_to_the_spec_class() -> None:
     """The wheel declares exactly one entry point, in LMCache's group, named
     backend_name."""
     ours = [
@@ -113,7 +117,7 @@ def test_installed_entry_point_is_named_after_the_backend_and_points_to_the_spec
         if ep.value.startswith(PACKAGE + ".")
     ]
     assert [(ep.name, ep.value) for ep in ours] == [(BACKEND, SPEC_PATH)]
-    assert ours[0].dist is not None and ours[0].dist.name == "{{ cookiecutter.project_slug }}"
+    assert ours[0].dist is not None and ours[0].dist.name == DISTRIBUTION
 
 
 @pytest.mark.without_device
@@ -163,7 +167,7 @@ def test_backend_reports_unavailable_when_its_torch_module_is_missing() -> None:
     env = {"LMCACHE_DEVICE_BACKEND": BACKEND, "DEVICE_TYPE": None, EMULATOR: "0"}
     done = run_python("import lmcache", env)
     if done.returncode == 0:
-        pytest.skip("a real {{ cookiecutter.device_name }} device is present on this host")
+        pytest.skip(f"a real {DEVICE} device is present on this host")
     assert (
         f"LMCACHE_DEVICE_BACKEND={BACKEND!r} is registered but not available"
         in done.stderr
@@ -191,8 +195,10 @@ def test_importing_the_package_first_does_not_start_lmcache_discovery() -> None:
     """``import <package>`` before ``import lmcache`` leaves LMCache unimported (else
     the plugin is skipped)."""
     done = run_python(
-        f"import sys, {PACKAGE}; assert 'lmcache' not in sys.modules and 'torch' not in sys.modules; "
-        f"import lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY; print({BACKEND!r} in _DEVICE_REGISTRY)",
+        f"import sys, {PACKAGE}; "
+        "assert 'lmcache' not in sys.modules and 'torch' not in sys.modules; "
+        "import lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY; "
+        f"print({BACKEND!r} in _DEVICE_REGISTRY)",
         PLAIN,
         fresh=True,  # a new interpreter, not one that has torch imported already
     )
@@ -233,7 +239,7 @@ def test_declared_lmcache_range_is_exactly_the_tested_releases() -> None:
     from packaging.version import Version
 
     supported, tested, installed = probe(PLAIN)[0]["release_range"]
-    declared = [Requirement(r) for r in metadata.requires("{{ cookiecutter.project_slug }}") or []]
+    declared = [Requirement(r) for r in metadata.requires(DISTRIBUTION) or []]
     (lmcache_req,) = [r for r in declared if r.name == "lmcache"]
     assert lmcache_req.specifier == Requirement(supported).specifier
     oldest, newest = min(tested, key=Version), max(tested, key=Version)

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""End to end through a real ``lmcache server``, engine-driven, KV caches on {{ cookiecutter.device_name }}.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""End to end through a real ``lmcache server``, engine-driven, KV caches on
+{{ cookiecutter.device_name }}.
 
 The guide's verification steps, without vLLM: worker processes use LMCache's
 ``LMCacheMPWorkerAdapter`` (what ``LMCacheMPConnector`` uses) and the test

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""End to end, LMCache-driven: the server maps the workers' {{ cookiecutter.device_name }} KV caches and runs this plugin.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""End to end, LMCache-driven: the server runs this plugin and maps the workers'
+{{ cookiecutter.device_name }} KV caches.
 
 The server runs with this plugin selected (``LMCACHE_DEVICE_BACKEND``) so that
 its cache context, event backend and ops are the plugin's; workers hand their
-KV caches over as ``{{ cookiecutter.class_prefix }}IPCWrapper`` descriptors through LMCache's codec.
+KV caches over as ``{{ cookiecutter.class_prefix }}IPCWrapper`` descriptors
+through LMCache's codec.
 LMCache-driven stores commit asynchronously, so the lookup is polled.
 Skipped, with the reason, when the spec does not offer LMCache-driven transfer.
 The servers are shared with the rest of the suite, and each (server, TP size)
@@ -47,7 +49,9 @@ def worker_mode(server: LMCacheServer, spec) -> str:  # type: ignore[no-untyped-
     LMCache-driven the default."""
     # First Party
     # after lmcache
-    from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        auto_transfer_mode,
+    )
 
     if server.transfer_mode == "auto" and auto_transfer_mode(spec) == "lmcache_driven":
         return "auto"
@@ -65,8 +69,14 @@ def cluster(  # type: ignore[no-untyped-def]
     leaves /dev/shm behind."""
     shm_before = shm_entries()
     log_dir = tmp_path_factory.mktemp(f"ranks-{server.transfer_mode}-tp{world_size}")
-    ranks = Cluster(server, log_dir, model=f"ld-{server.transfer_mode}-tp{world_size}", world_size=world_size,
-                    tokens=TOKENS, mode=worker_mode(server, spec))  # fmt: skip
+    ranks = Cluster(
+        server,
+        log_dir,
+        model=f"ld-{server.transfer_mode}-tp{world_size}",
+        world_size=world_size,
+        tokens=TOKENS,
+        mode=worker_mode(server, spec),
+    )
     yield ranks
     assert ranks.close() == [0] * world_size, (
         "every rank must unregister and exit cleanly"
@@ -125,8 +135,15 @@ def test_mla_latent_caches_round_trip_byte_exact_through_the_server(  # type: ig
     """MLA (one latent vector per token: (blocks, block_size, head_size) per layer,
     ``mla_only``): stored and retrieved by the server through this plugin's IPC wrapper,
     cache context and ops, identical bytes."""
-    ranks = Cluster(server, tmp_path, model=f"ld-mla-{next(_ids)}", world_size=1, tokens=TOKENS,
-                    mode=worker_mode(server, spec), layout="mla")  # fmt: skip
+    ranks = Cluster(
+        server,
+        tmp_path,
+        model=f"ld-mla-{next(_ids)}",
+        world_size=1,
+        tokens=TOKENS,
+        mode=worker_mode(server, spec),
+        layout="mla",
+    )
     try:
         stored = ranks.stored[0]
         assert (
@@ -177,10 +194,25 @@ def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothin
     if not spec.is_lmcache_driven_available():
         pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
     windows = ",".join(map(str, HYBRID_WINDOWS))
-    with running_server(tmp_path / "server.log", transfer_mode="lmcache_driven", env=PLUGIN_SERVER_ENV,
-                        extra_args=["--separate-object-groups"]) as server:  # fmt: skip
-        ranks = Cluster(server, tmp_path, model="ld-hybrid", world_size=1, tokens=TOKENS, mode="lmcache_driven",
-                        worker_args=["--layers", str(2 * len(HYBRID_WINDOWS)), f"--sw-windows={windows}"])  # fmt: skip
+    with running_server(
+        tmp_path / "server.log",
+        transfer_mode="lmcache_driven",
+        env=PLUGIN_SERVER_ENV,
+        extra_args=["--separate-object-groups"],
+    ) as server:
+        ranks = Cluster(
+            server,
+            tmp_path,
+            model="ld-hybrid",
+            world_size=1,
+            tokens=TOKENS,
+            mode="lmcache_driven",
+            worker_args=[
+                "--layers",
+                str(2 * len(HYBRID_WINDOWS)),
+                f"--sw-windows={windows}",
+            ],
+        )
         try:
             assert ranks.stored[0]["ok"], ranks.stored[0]["log"][-3000:]
             request_id, hit = ranks.scheduler.lookup_until(
@@ -202,8 +234,12 @@ def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothin
         finally:
             assert ranks.close() == [0], "the rank must unregister and exit cleanly"
         assert retrieved["ok"], retrieved["log"][-3000:]
-        expected = {f"layer.{layer}": restored_blocks(HYBRID_WINDOWS[layer % len(HYBRID_WINDOWS)])
-                    for layer in range(2 * len(HYBRID_WINDOWS))}  # fmt: skip
+        expected = {
+            f"layer.{layer}": restored_blocks(
+                HYBRID_WINDOWS[layer % len(HYBRID_WINDOWS)]
+            )
+            for layer in range(2 * len(HYBRID_WINDOWS))
+        }
         assert (retrieved["restored"], retrieved["stray"]) == (expected, []), (
             server.log_tail()
         )

@@ -4,9 +4,11 @@
 Out of memory on allocation, an IPC open that fails, host registration that
 refuses a range, a device lost in the middle of a transfer: each must end in a
 clear error naming the cause, within the suite's deadlines, and leave nothing
-behind (no mapping, no registration, no stored bytes). Servers and workers take the faults from their environment
+behind (no mapping, no registration, no stored bytes). Servers and workers take
+the faults from their environment
 (``{{ cookiecutter.__emulator_env_var }}_FAULTS``), this process from
-``torch.{{ cookiecutter.__torch_module_name }}.inject_faults()``. Skipped, with the reason, without the emulator.
+``torch.{{ cookiecutter.__torch_module_name }}.inject_faults()``. Skipped, with the
+reason, without the emulator.
 """
 
 # Future
@@ -114,7 +116,7 @@ def test_a_range_the_runtime_refuses_to_pin_is_reported_and_left_unregistered(
     assert backend.unpin_memory(start) is True
 
 
-def test_a_cache_context_whose_device_is_lost_mid_transfer_still_unmaps_the_workers_caches(  # type: ignore[no-untyped-def]
+def test_a_cache_context_on_a_device_lost_mid_transfer_still_unmaps_the_workers_caches(  # type: ignore[no-untyped-def]
     lmcache_driven, emulator, inject
 ) -> None:
     """The device is lost while the server copies a worker's layer: the copy raises the
@@ -158,7 +160,8 @@ def test_an_event_recorded_on_a_lost_device_fails_its_importer_instead_of_hangin
         f"""
 import lmcache, torch
 from lmcache.v1.platform import get_device_spec
-backend, device = get_device_spec("{DEVICE}").event_ipc_backend, torch.device("{DEVICE}", 0)
+backend = get_device_spec("{DEVICE}").event_ipc_backend
+device = torch.device("{DEVICE}", 0)
 imported = backend.import_event(bytes.fromhex({handle.hex()!r}), device)
 backend.synchronize_event(imported, device)
 """,
@@ -170,7 +173,7 @@ backend.synchronize_event(imported, device)
 
 
 @pytest.mark.e2e
-def test_a_server_whose_device_is_lost_mid_store_commits_nothing_and_the_worker_fails_by_its_deadline(  # type: ignore[no-untyped-def]
+def test_a_device_lost_mid_store_commits_nothing_and_the_worker_fails_by_its_deadline(  # type: ignore[no-untyped-def]
     spec, tmp_path: Path
 ) -> None:
     """The server's device is lost while it copies the worker's first chunk: the
@@ -183,8 +186,15 @@ def test_a_server_whose_device_is_lost_mid_store_commits_nothing_and_the_worker_
     with running_server(
         tmp_path / "server.log", transfer_mode="lmcache_driven", env=env, wait_stop=True
     ) as server:
-        cluster = Cluster(server, tmp_path, model="fault-device-lost", world_size=1, tokens=4 * CHUNK,
-                          mode="lmcache_driven", worker_args=["--mq-timeout", "5"])  # fmt: skip
+        cluster = Cluster(
+            server,
+            tmp_path,
+            model="fault-device-lost",
+            world_size=1,
+            tokens=4 * CHUNK,
+            mode="lmcache_driven",
+            worker_args=["--mq-timeout", "5"],
+        )
         try:
             (stored,) = cluster.stored
             assert stored["ok"] is False and stored["elapsed_ms"] < 8000, stored
@@ -203,7 +213,7 @@ def test_a_server_whose_device_is_lost_mid_store_commits_nothing_and_the_worker_
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("fault", ["oom", "ipc_open"])
-def test_a_server_whose_device_fails_names_the_cause_and_the_worker_gives_up_at_its_deadline(  # type: ignore[no-untyped-def]
+def test_a_server_whose_device_fails_names_why_and_the_worker_gives_up_at_its_deadline(  # type: ignore[no-untyped-def]
     spec, fault: str, tmp_path: Path
 ) -> None:
     """The server cannot allocate or map for a worker: its log names the cause and it

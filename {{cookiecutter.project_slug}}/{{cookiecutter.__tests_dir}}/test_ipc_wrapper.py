@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The IPC wrapper as LMCache's server uses it: descriptors, views, mappings and their lifetime.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The IPC wrapper as LMCache's server uses it: descriptors, views, mappings and
+their lifetime.
 
 A device runtime maps an exported allocation once per process, however often
 its handle is opened, and one close unmaps it for every user; the layers of a
@@ -63,7 +64,7 @@ def test_wrapped_tensor_aliases_the_original_memory(lmcache_driven) -> None:  # 
     wrapper.close()
 
 
-def test_an_interior_view_is_mapped_at_its_own_offset_and_a_second_process_writes_only_its_bytes(  # type: ignore[no-untyped-def]
+def test_an_interior_view_is_mapped_at_its_offset_and_another_process_writes_only_it(  # type: ignore[no-untyped-def]
     lmcache_driven,
 ) -> None:
     """A layer that starts inside a larger allocation: another process reads it and
@@ -243,7 +244,8 @@ def test_a_wrapper_crosses_lmcaches_grpc_codec(lmcache_driven) -> None:  # type:
     except ModuleNotFoundError as missing:
         if missing.name is not None and missing.name.startswith("lmcache"):
             pytest.skip(
-                f"this lmcache release has no gRPC transport ({missing.name}); it arrived in 0.5.6"
+                f"this lmcache release has no gRPC transport ({missing.name}); "
+                "it arrived in 0.5.6"
             )
         raise
     tensor = kv_caches(seed=15)["layer.0"]

@@ -22,7 +22,9 @@ import torch
 from lmcache.v1.multiprocess.transfer_context.worker_transfer import (
     create_transfer_context,
 )
-from {{ cookiecutter.__package }}._lmcache_compat import auto_transfer_mode
+from {{ cookiecutter.__package }}._lmcache_compat import (
+    auto_transfer_mode,
+)
 
 DEVICE = "{{ cookiecutter.device_name }}"
 #: Per layer (2, blocks, block_size, heads, head_size): large enough to be exportable.
@@ -105,7 +107,8 @@ def import_in_another_process(handle: bytes) -> None:
         f"""
 import lmcache, torch
 from lmcache.v1.platform import get_device_spec
-backend, device = get_device_spec("{DEVICE}").event_ipc_backend, torch.device("{DEVICE}", 0)
+backend = get_device_spec("{DEVICE}").event_ipc_backend
+device = torch.device("{DEVICE}", 0)
 imported = backend.import_event(bytes.fromhex({handle.hex()!r}), device)
 backend.wait_event(imported, torch.{{ cookiecutter.__torch_module_name }}.current_stream(device))
 backend.synchronize_event(imported, device)

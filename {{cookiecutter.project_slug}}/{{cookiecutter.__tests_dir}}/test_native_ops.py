@@ -45,11 +45,18 @@ NATIVE_LAYOUTS = {
     name: KV_LAYOUTS[name] for name in ("flash_nhd", "flashinfer_nhd", "mla")
 }
 FALLBACK_LAYOUTS = {"flash_hnd": KV_LAYOUTS["flash_hnd"]}
-#: Names of LMCache's own native module that must never appear on a device's ops (as in
-#: LMCache's tests/v1/platform/test_device_ops.py::test_package_exports_resolved_device_ops).
+#: Names of LMCache's own native module that must never appear on a device's ops, as
+#: LMCache's own test checks:
+#: tests/v1/platform/test_device_ops.py::test_package_exports_resolved_device_ops.
 NATIVE_ONLY_NAMES = (
-    "TransferDirection", "EngineKVFormat", "GPUKVFormat", "is_cross_layer", "is_kv_list", "is_layer_list", "is_mla",
-)  # fmt: skip
+    "TransferDirection",
+    "EngineKVFormat",
+    "GPUKVFormat",
+    "is_cross_layer",
+    "is_kv_list",
+    "is_layer_list",
+    "is_mla",
+)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +115,7 @@ def test_engine_driven_keeps_tensor_mode_with_native_ops(native) -> None:  # typ
         _detect_block_transfer_accepts_tensor
     ).parameters:  # lmcache 0.5.6: asks per callable
         assert _detect_block_transfer_accepts_tensor(op) is True
-    else:  # lmcache 0.5.4/0.5.5: inspects the process-wide lmcache.device_ops (ours here)
+    else:  # lmcache 0.5.4/0.5.5: inspects the process-wide lmcache.device_ops (ours)
         assert lmcache.device_ops.multi_layer_block_kv_transfer == op
         assert _detect_block_transfer_accepts_tensor() is True
 
@@ -176,7 +183,8 @@ def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(
         "the native kernel did not run"
     )
     assert early == [0] * len(out), (
-        "the kernel ran ahead of the current stream's work (on the host or another stream)"
+        "the kernel ran ahead of the current stream's work "
+        "(on the host or another stream)"
     )
     assert all(same_bytes(got, want) for got, want in zip(out, expected, strict=True))
 
@@ -187,7 +195,8 @@ def test_missing_compiled_module_fails_soft_to_the_baseline(native) -> None:  # 
     code = textwrap.dedent(
         f"""
         import sys
-        sys.modules["{PACKAGE}._kernels"] = None  # as if the wheel was built without a compiler
+        # As if the wheel was built without a compiler:
+        sys.modules["{PACKAGE}._kernels"] = None
         import lmcache
         from lmcache.v1.platform import resolve_device_ops
         ops = resolve_device_ops("{DEVICE}")

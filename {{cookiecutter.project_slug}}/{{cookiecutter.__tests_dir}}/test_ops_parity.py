@@ -150,9 +150,9 @@ def test_memcpy_pointer_mode_copies_bytes_without_libcudart(
     """Pointer-mode lmcache_memcpy_async moves the bytes on the memory's own device,
     never through libcudart."""
     # First Party
-    from {{ cookiecutter.__package }} import _lmcache_compat as compat
-
-    TransferDirection = compat.TransferDirection
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        TransferDirection,
+    )
 
     nbytes = 4096 + 17
     host = torch.randint(0, 255, (nbytes,), dtype=torch.uint8)

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Plugin-loading faults: LMCache's registry stays usable and says why it skipped a plugin.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Plugin-loading faults: LMCache's registry stays usable and says why it skipped a
+plugin.
 
 Each case runs ``import lmcache`` in a fresh interpreter with fake plugins on
 ``PYTHONPATH`` (LMCache builds its registry once per process), and must end
@@ -21,7 +22,8 @@ import pytest
 
 BACKEND = "{{ cookiecutter.backend_name }}"
 DEVICE = "{{ cookiecutter.device_name }}"
-SPEC_PATH = "{{ cookiecutter.__spec_module }}:{{ cookiecutter.class_prefix }}DeviceSpec"
+SPEC_CLASS = "{{ cookiecutter.class_prefix }}DeviceSpec"
+SPEC_PATH = f"{{ cookiecutter.__spec_module }}:{SPEC_CLASS}"
 DEADLINE_S = 30
 
 REGISTRY = textwrap.dedent(
@@ -29,8 +31,10 @@ REGISTRY = textwrap.dedent(
     import json, lmcache
     from lmcache.v1.platform import _DEVICE_REGISTRY
     name = lambda spec: type(spec).__module__ + "." + type(spec).__name__
-    print(json.dumps({backend: name(spec) for backend, spec in
-    _DEVICE_REGISTRY.items()})) print(json.dumps(lmcache.torch_device_type))
+    print(json.dumps(
+        {backend: name(spec) for backend, spec in _DEVICE_REGISTRY.items()}
+    ))
+    print(json.dumps(lmcache.torch_device_type))
     """
 )
 CLEAN = {"LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None}
@@ -61,8 +65,13 @@ def beside_faulty_plugins(
     """``registry()`` with two faulty plugins installed beside this one (the registry
     state allows both in one interpreter): one whose import raises, and one whose entry
     point points at this spec under another name."""
-    root = fake_plugin(tmp_path_factory.mktemp("faulty-plugins"), "broken", "broken = broken_plugin:Spec",
-                       "broken_plugin", "raise ImportError('vendor runtime libfoo.so not found')")  # fmt: skip
+    root = fake_plugin(
+        tmp_path_factory.mktemp("faulty-plugins"),
+        "broken",
+        "broken = broken_plugin:Spec",
+        "broken_plugin",
+        "raise ImportError('vendor runtime libfoo.so not found')",
+    )
     info = root / "misnamed-0.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
@@ -96,8 +105,8 @@ def test_an_entry_point_named_differently_from_its_backend_is_refused_with_the_r
     backends, _, log, _ = beside_faulty_plugins
     assert "misnamed" not in backends and BACKEND in backends
     assert (
-        f"entry-point name must match DeviceSpec.backend_name ('misnamed' != {BACKEND!r})"
-        in log
+        "entry-point name must match DeviceSpec.backend_name "
+        f"('misnamed' != {BACKEND!r})" in log
     )
 
 
@@ -106,20 +115,23 @@ def test_a_duplicate_backend_name_keeps_one_spec_and_logs_which_it_ignored(
 ) -> None:
     """Two plugins claiming one backend name: LMCache keeps one (entry-point value
     order) and logs the other."""
-    root = fake_plugin(tmp_path, "impostor", f"{BACKEND} = impostor_plugin:RivalSpec", "impostor_plugin",
-                       RIVAL_SPEC.replace("__BACKEND__", BACKEND))  # fmt: skip
+    root = fake_plugin(
+        tmp_path,
+        "impostor",
+        f"{BACKEND} = impostor_plugin:RivalSpec",
+        "impostor_plugin",
+        RIVAL_SPEC.replace("__BACKEND__", BACKEND),
+    )
     backends, _, log, _ = registry(root)
     kept = backends[BACKEND]
-    ignored = "RivalSpec" if kept == SPEC_PATH.replace(":", ".") else "{{ cookiecutter.class_prefix }}DeviceSpec"
+    ignored = "RivalSpec" if kept == SPEC_PATH.replace(":", ".") else SPEC_CLASS
     assert (
-        f"Ignoring DeviceSpec {ignored} because backend_name {BACKEND!r} is already registered"
-        in log
+        f"Ignoring DeviceSpec {ignored} because backend_name {BACKEND!r} "
+        "is already registered" in log
     )
 
 
-def test_an_unknown_lmcache_device_backend_fails_import_naming_the_registered_backends() -> (
-    None
-):
+def test_an_unknown_backend_name_fails_import_naming_the_registered_backends() -> None:
     """LMCACHE_DEVICE_BACKEND=<typo>: ``import lmcache`` raises at once, listing the
     backends to choose from."""
     started = time.monotonic()

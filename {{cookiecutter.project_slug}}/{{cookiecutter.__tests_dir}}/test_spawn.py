@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The suite's process launcher (``_spawn.py``): a forked program sees what ``python`` would give it.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The suite's process launcher (``_spawn.py``): a forked program sees what
+``python`` would give it.
 
 The other tests trust it with every server, worker rank and fresh registry, so
 here a forked program and a new interpreter run the same probe and must agree.
@@ -22,23 +23,22 @@ from _support import child_env
 import _spawn
 import pytest
 
-pytestmark = (
-    pytest.mark.without_device
-)  # the launcher needs no device: it runs wherever the suite runs
+# the launcher needs no device: it runs wherever the suite runs
+pytestmark = pytest.mark.without_device
 
 PROBE = """
 import json, os, sys
-print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "path": sys.path, "main": __name__,
-                  "mine": os.environ.get("LMCACHE_SPAWN_PROBE"), "lmcache": "lmcache" in sys.modules,
-                  "stdin": sys.stdin.read(), "torch_preloaded": "torch" in sys.modules}))
+print(json.dumps({
+    "argv": sys.argv, "cwd": os.getcwd(), "path": sys.path, "main": __name__,
+    "mine": os.environ.get("LMCACHE_SPAWN_PROBE"), "lmcache": "lmcache" in sys.modules,
+    "stdin": sys.stdin.read(), "torch_preloaded": "torch" in sys.modules,
+}))
 sys.stderr.write("to stderr\\n")
 sys.exit(3)
 """
 
 
-def test_a_forked_program_gets_the_argv_environment_cwd_path_streams_and_exit_status_python_gives(
-    tmp_path: Path,
-) -> None:
+def test_a_forked_program_sees_what_a_new_interpreter_sees(tmp_path: Path) -> None:
     """The same -c probe, forked and fresh: identical argv, cwd, sys.path (PYTHONPATH
     included), variables, stdin, stderr and exit status; only the forked one finds torch
     already imported (the zygote's)."""
@@ -52,8 +52,15 @@ def test_a_forked_program_gets_the_argv_environment_cwd_path_streams_and_exit_st
         ]
         streams[0].write("from stdin")
         streams[0].seek(0)
-        process = _spawn.popen([sys.executable, "-c", PROBE, "a", "b"], env=env, cwd=tmp_path, stdin=streams[0],
-                               stdout=streams[1], stderr=streams[2], fresh=fresh)  # fmt: skip
+        process = _spawn.popen(
+            [sys.executable, "-c", PROBE, "a", "b"],
+            env=env,
+            cwd=tmp_path,
+            stdin=streams[0],
+            stdout=streams[1],
+            stderr=streams[2],
+            fresh=fresh,
+        )
         assert process.wait(timeout=120) == 3
         for stream in streams:
             stream.close()
@@ -77,9 +84,19 @@ def test_a_forked_program_is_killed_and_waited_for_by_pid_as_a_popen_is(
 ) -> None:
     """kill() ends it with -SIGKILL, wait() times out while it runs, a pipe carries
     lines both ways."""
-    code = "import sys\nfor line in sys.stdin:\n    print(line.upper(), end='', flush=True)\n"
-    process = _spawn.popen([sys.executable, "-c", code], env=child_env({}), cwd=tmp_path, stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True)  # fmt: skip
+    code = (
+        "import sys\n"
+        "for line in sys.stdin:\n"
+        "    print(line.upper(), end='', flush=True)\n"
+    )
+    process = _spawn.popen(
+        [sys.executable, "-c", code],
+        env=child_env({}),
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert isinstance(process, _spawn.ForkedProcess)
     process.stdin.write("ping\n")
     assert process.stdout.readline() == "PING\n"
@@ -100,17 +117,15 @@ def test_signalling_a_program_that_has_just_exited_is_a_no_op_as_with_popen(  # 
     )
     assert isinstance(process, _spawn.ForkedProcess)
     deadline = time.monotonic() + 30
-    while (
-        time.monotonic() < deadline
-    ):  # until the zygote has reaped it (it is not our child)
+    # until the zygote has reaped it (it is not our child)
+    while time.monotonic() < deadline:
         try:
             os.kill(process.pid, 0)
         except ProcessLookupError:
             break
         time.sleep(0.01)
-    monkeypatch.setattr(
-        process, "poll", lambda: None
-    )  # its exit status not read yet: the window
+    # its exit status not read yet: the window
+    monkeypatch.setattr(process, "poll", lambda: None)
     process.kill()
     monkeypatch.undo()
     assert process.wait(timeout=30) == 0

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Stream order and device memory: what a device runtime guarantees, and what this plugin must respect.
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Stream order and device memory: what a device runtime guarantees, and what this
+plugin must respect.
 
 On a device, work queued on a stream runs later, and host code cannot touch
 device memory. Code that publishes, reads or frees before queued work has run,
@@ -93,7 +94,7 @@ def test_a_stream_waiting_on_an_event_runs_after_the_events_work(runtime) -> Non
     assert torch.equal(target.cpu(), source.cpu())
 
 
-def test_completions_and_observability_events_are_published_after_the_queued_work_and_the_caller_goes_on(  # type: ignore[no-untyped-def]
+def test_completions_and_events_are_published_after_queued_work_without_waiting(  # type: ignore[no-untyped-def]
     runtime, lmcache_driven
 ) -> None:
     """record_completion_on_stream / record_event_on_stream: nothing is published while

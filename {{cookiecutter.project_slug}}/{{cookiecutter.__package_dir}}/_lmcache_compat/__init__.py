@@ -145,21 +145,16 @@ TESTED_LMCACHE_VERSIONS = ({% for v in cookiecutter._lmcache_tested %}{{ v | toj
 HAS_WIRE_ALLOWLIST = (
     importlib.util.find_spec("lmcache.v1.platform.base.ipc_wire") is not None
 )
-#: 0.5.6+: the spec decides what worker-side ``auto`` means
-#: (``default_mp_transfer_mode``). Older releases: ``auto`` is LMCache-driven
-#: for CUDA only, engine-driven for every other device.
+#: 0.5.6+: the spec decides what worker-side ``auto`` means (its
+#: ``default_mp_transfer_mode``); before, LMCache-driven for CUDA only.
 AUTO_FOLLOWS_SPEC = hasattr(DeviceSpec, "default_mp_transfer_mode")
 
 # Where each name lives, newest release first; the first location that exists
-# wins. The guide ("Adding a New Device Backend") names some of these
-# differently; the code is the truth:
-#   * the torch baseline is a module (torch_ops.py) up to 0.5.5 and a package
-#     (torch_ops/) from 0.5.6 on;
-#   * MPTransferMode moved from worker_transfer to transfer_mode in 0.5.6;
-#   * TransferDirection / EngineKVFormat come from the compiled
-#     lmcache.lmcache_native (DeviceOps only annotates them);
-#   * built-in backends live in lmcache/v1/platform/<name>/ up to 0.5.5 and in
-#     lmcache/v1/platform/devices/<name>/ from 0.5.6 on.
+# wins. The guide ("Adding a New Device Backend") names some differently; the
+# code is the truth. In 0.5.6 the torch baseline became a package (torch_ops/),
+# MPTransferMode moved to transfer_mode and built-in backends moved from
+# platform/<name>/ to platform/devices/<name>/. TransferDirection and
+# EngineKVFormat come from the compiled lmcache.lmcache_native.
 _LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
     "DeviceOps": (("lmcache.v1.platform.base.device_ops", "DeviceOps"),),
     "torch_ops": (("lmcache.v1.platform.torch_ops", None),),
@@ -210,8 +205,7 @@ _LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
         ("lmcache.v1.platform.torch_ops.mp_mem_kernels", "_infer_kv_dtype"),  # 0.5.6
         ("lmcache.v1.platform.torch_ops", "_infer_kv_dtype"),  # 0.5.4, 0.5.5
     ),
-    # Private baseline helper, asked for on 0.5.4/0.5.5 only
-    # (paged_layers_for_baseline).
+    # Private baseline helper, used on 0.5.4/0.5.5 only (paged_layers_for_baseline).
     "per_layer_paged_shape": (
         ("lmcache.v1.platform.torch_ops", "_per_layer_paged_shape"),
     ),
@@ -220,8 +214,7 @@ _LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
 
 
 def _resolve(candidates: tuple[tuple[str, str | None], ...]) -> Any:
-    """The value at the first location in ``candidates`` that exists
-    (``(module, None)``: the module)."""
+    """The value at the first of ``candidates`` that exists (``None``: the module)."""
     for module_name, attribute in candidates:
         try:
             found = importlib.util.find_spec(module_name) is not None
@@ -232,13 +225,14 @@ def _resolve(candidates: tuple[tuple[str, str | None], ...]) -> Any:
         module = importlib.import_module(module_name)
         if attribute is None:
             return module
-        if attribute is not None and hasattr(module, attribute):
+        if hasattr(module, attribute):
             return getattr(module, attribute)
     tried = ", ".join(f"{m}:{a}" if a else m for m, a in candidates)
     raise ImportError(
         f"None of {tried} exists in lmcache {installed_lmcache_version()}; "
 {%- if cookiecutter.ownership == 'wheel' %}
-        "port _lmcache_compat/ to this release (see README.md, 'Supporting a new LMCache release')."
+        "port _lmcache_compat/ to this release "
+        "(see README.md, 'Supporting a new LMCache release')."
 {%- else %}
         "update _lmcache_compat/ to where LMCache now keeps it."
 {%- endif %}
@@ -247,18 +241,15 @@ def _resolve(candidates: tuple[tuple[str, str | None], ...]) -> Any:
 
 def __getattr__(name: str) -> Any:
     """Resolve LMCache names on first use, after ``import lmcache`` has finished."""
-    try:
-        candidates = _LAZY_NAMES[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = _resolve(candidates)
+    if name not in _LAZY_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = _resolve(_LAZY_NAMES[name])
     globals()[name] = value
     return value
 
 
 def lazy(name: str) -> Any:
-    """A lazy name, resolved now (from this package's modules: ``__getattr__`` serves
-    outside access)."""
+    """A lazy name, resolved now (for this package; ``__getattr__`` serves others)."""
     return globals()[name] if name in globals() else __getattr__(name)
 
 
@@ -341,8 +332,9 @@ def check_lmcache_version() -> None:
     if version not in TESTED_LMCACHE_VERSIONS:
         raise RuntimeError(
             f"{{ cookiecutter.project_slug }} supports {SUPPORTED_LMCACHE} "
-            f"(tested: {', '.join(TESTED_LMCACHE_VERSIONS)}), but lmcache {version} is "
-            f"installed. Install a supported release (pip install '{SUPPORTED_LMCACHE}'), "
-            "or port _lmcache_compat/ to the new release and run the conformance tests."
+            f"(tested: {', '.join(TESTED_LMCACHE_VERSIONS)}), but lmcache {version} "
+            "is installed. Install a supported release "
+            f"(pip install '{SUPPORTED_LMCACHE}'), or port _lmcache_compat/ to the new "
+            "release and run the conformance tests."
         )
 {%- endif %}

@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""A worker rank's KV caches: layouts, seeded bytes, comparison, registration.
+
+Why it exists: ``e2e_worker.py`` would pass 300 lines with them; these helpers
+(what a rank stores, in which layout, how a retrieve is checked, and the
+LMCache adapter its caches are registered with) live here, and ``e2e_worker``
+re-exports the ones the test modules import from it. At module level it
+imports torch only, never lmcache or this plugin (``make_adapter`` imports
+them when called): a worker imports LMCache once its arguments are parsed, and
+the test processes import this module at collection.
+"""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from typing import Any
+import argparse
+
+# Third Party
+import torch
+
+BLOCK_SIZE = 16
+NUM_HEADS = 2
+HEAD_SIZE = 32
+#: MLA's latent vector per token (DeepSeek's: 512 compressed KV + 64 rotary).
+MLA_HEAD_SIZE = 576
+DTYPE = torch.float16
+
+
+def token_ids(tokens: int, first: int = 7) -> list[int]:
+    """The prompt every rank stores and retrieves (the scheduler looks up the same)."""
+    return list(range(first, first + tokens))
+
+
+def kv_shape(
+    layers: int,
+    blocks: int,
+    heads: int = NUM_HEADS,
+    head_size: int = HEAD_SIZE,
+    layout: str = "flash",
+) -> dict[str, tuple[int, ...]]:
+    """vLLM's layouts: flash attention (2, blocks, block_size, heads, head_size) per
+    layer, or MLA's one latent vector per token (blocks, block_size, head_size)."""
+    shape = (
+        (blocks, BLOCK_SIZE, head_size)
+        if layout == "mla"
+        else (2, blocks, BLOCK_SIZE, heads, head_size)
+    )
+    return {f"layer.{i}": shape for i in range(layers)}
+
+
+def block_of(layer: torch.Tensor, block: int, layout: str) -> torch.Tensor:
+    """One paged block of one layer, a view (the block dimension is MLA's first, flash
+    attention's second)."""
+    return layer[block] if layout == "mla" else layer[:, block]
+
+
+def engine_groups(layers: int, windows: list[int]) -> list[list[int]]:
+    """Layer indices per engine group: layer ``i`` is in group ``i % len(windows)``
+    (hybrid models interleave)."""
+    return [list(range(group, layers, len(windows))) for group in range(len(windows))]
+
+
+def compare(
+    target: torch.Tensor,
+    stored: torch.Tensor,
+    target_blocks: list[int],
+    source_blocks: list[int],
+    layout: str,
+) -> tuple[list[int], bool]:
+    """Positions ``i`` where ``target`` block ``target_blocks[i]`` holds ``stored``
+    block ``source_blocks[i]`` byte for byte, and whether any other byte of ``target``
+    (zeroed before the retrieve) is not zero."""
+    target, stored = target.cpu().view(torch.uint8), stored.view(torch.uint8)
+    restored = [
+        i
+        for i, (got, want) in enumerate(zip(target_blocks, source_blocks, strict=True))
+        if torch.equal(block_of(target, got, layout), block_of(stored, want, layout))
+    ]
+    for i in restored:
+        block_of(target, target_blocks[i], layout).zero_()
+    return restored, bool(target.any())
+
+
+def source_kv(
+    layers: int,
+    blocks: int,
+    seed: int,
+    heads: int = NUM_HEADS,
+    head_size: int = HEAD_SIZE,
+    layout: str = "flash",
+) -> dict[str, torch.Tensor]:
+    """The bytes a rank stores: a pure function of (shape, seed), on the CPU."""
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        name: torch.randn(shape, generator=generator, dtype=torch.float32).to(DTYPE)
+        for name, shape in kv_shape(layers, blocks, heads, head_size, layout).items()
+    }
+
+
+def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
+    """A registered ``LMCacheMPWorkerAdapter`` for this rank, engine-driven, short
+    timeouts."""
+    # Third Party
+    import zmq
+
+    # First Party
+    from lmcache.integration.vllm.vllm_multi_process_adapter import (
+        LMCacheMPWorkerAdapter,
+        ParallelStrategy,
+    )
+
+    # after import lmcache
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        register_kv_caches,
+    )
+
+    strategy = ParallelStrategy(
+        mla_only=args.layout == "mla",
+        vllm_world_size=args.world_size,
+        vllm_worker_id=args.rank,
+        tp_size=args.world_size,
+        pp_size=1,
+        n_servers=1,
+    )
+    adapter = LMCacheMPWorkerAdapter(
+        args.url,
+        zmq.Context.instance(),
+        args.model,
+        BLOCK_SIZE,
+        strategy,
+        extra_config={
+            "lmcache.mp.mq_timeout": args.mq_timeout,
+            "lmcache.mp.mp_transfer_mode": args.mode,
+            "lmcache.mp.heartbeat_interval": 1.0,
+        },
+    )
+    infos = []
+    # a hybrid model: one engine group (block-id space) per window
+    if len(args.sw_windows) > 1:
+        # First Party
+        from lmcache.v1.multiprocess.group_view import EngineGroupInfo
+
+        layers = engine_groups(args.layers, args.sw_windows)
+        infos = [
+            EngineGroupInfo(
+                group,
+                tuple(layers[group]),
+                tokens_per_block=BLOCK_SIZE,
+                sw_size_tokens=window,
+            )
+            for group, window in enumerate(args.sw_windows)
+        ]
+    register_kv_caches(adapter, kv, infos)
+    return adapter
