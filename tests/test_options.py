@@ -87,7 +87,8 @@ def test_wire_patch_adds_the_struct_its_union_member_and_its_allowlist_entry(ren
     added = [line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert 'class AcmeNpuIPCData(IPCData, tag="acme_npu"):' in added
     assert "    | AcmeNpuIPCData" in added
-    assert '    AcmeNpuIPCData: ("acme_npu.ipc_wrapper", "AcmeNpuIPCWrapper"),' in added
+    entry = ["    AcmeNpuIPCData: (", '        "acme_npu.ipc_wrapper",', '        "AcmeNpuIPCWrapper",', "    ),"]
+    assert any(added[i : i + 4] == entry for i in range(len(added))), added
     assert patch.startswith("diff --git a/lmcache/v1/platform/base/ipc_wire.py b/lmcache/v1/platform/base/ipc_wire.py\n")
     for header, body in re.findall(r"^(@@ .* @@)\n((?:[ +-].*\n?)*)", patch, flags=re.M):
         old_count, new_count = (int(n) for n in re.findall(r"[-+]\d+,(\d+)", header))
@@ -134,7 +135,8 @@ def test_no_emulator_render_ships_no_emulator_and_skips_device_tests_without_a_d
     assert "LMCACHE_FOO_EMULATOR" not in sources and "EMULATOR_MODULE" not in sources
     conftest = (project / "tests/conftest.py").read_text()
     assert "DEVICE_PRESENT = _device_present()" in conftest and 'item.get_closest_marker("without_device")' in conftest
-    assert "no foo device here: install torch_foo" in conftest
+    reasons = [node.value for node in ast.walk(ast.parse(conftest)) if isinstance(node, ast.Constant)]
+    assert any("no foo device here: install torch_foo on a host" in str(reason) for reason in reasons)
 
 
 ODD_NAMES = [

@@ -29,6 +29,7 @@ from lmcache.v1.platform import resolve_device_ops
 import lmcache  # noqa: F401 - builds the registry with conftest's environment
 
 DEVICE = "{{ cookiecutter.device_name }}"
+OPS_CLASS = "{{ cookiecutter.class_prefix }}DeviceOps"
 BLOCKS_PER_CHUNK = 2
 LAYOUTS = KV_LAYOUTS
 
@@ -40,7 +41,7 @@ def on_device(kv: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def test_kv_tensors_of_this_device_resolve_to_the_plugin_ops() -> None:
     """LMCache routes {{ cookiecutter.device_name }} tensors to our DeviceOps, not the
     baseline."""
-    assert type(resolve_device_ops(DEVICE)).__name__ == "{{ cookiecutter.class_prefix }}DeviceOps"
+    assert type(resolve_device_ops(DEVICE)).__name__ == OPS_CLASS
 
 
 def test_each_device_stream_has_its_own_native_handle_and_other_objects_are_refused(
