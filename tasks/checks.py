@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 #: Template syntax that must not survive rendering.
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
 #: GitHub Actions expressions (``${{ matrix.x }}``) are meant to survive rendering.
-GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.]+ \}\}")
+GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.-]+ \}\}")
 #: The most lines a rendered file may have: a vendor reads each on one screen.
 MAX_LINES = 300
 #: The modules LMCache-driven transfer adds to the package.

@@ -32,9 +32,11 @@ EXPECTED_FILES = {
     "pyproject.toml",
     "src/lmcache_foo/__init__.py",
     "src/lmcache_foo/_lmcache_compat/__init__.py",
+    "src/lmcache_foo/_lmcache_compat/surface.py",
     "src/lmcache_foo/device.py",
     "src/lmcache_foo/device_ops.py",
     "src/lmcache_foo/_ops_support.py",
+    "src/lmcache_foo/_doctor_api.py",
     "src/lmcache_foo/_doctor_checks.py",
     "src/lmcache_foo/_doctor_discovery.py",
     "src/lmcache_foo/_doctor_live.py",
@@ -53,6 +55,7 @@ EXPECTED_FILES = {
     "tests/_support.py",
     "tests/_worker_kv.py",
     "tests/_zygote.py",
+    "tests/canary.py",
     "tests/conftest.py",
     "tests/e2e_worker.py",
     "tests/lmcache_contract.py",
@@ -70,6 +73,7 @@ EXPECTED_FILES = {
     "tests/test_injected_faults.py",
     "tests/test_ipc_wrapper.py",
     "tests/test_lmcache_driven.py",
+    "tests/test_lmcache_surface.py",
     "tests/test_native_ops.py",
     "tests/test_ops_parity.py",
     "tests/test_spawn.py",
@@ -339,6 +343,12 @@ def noxfile_sessions(project: Path) -> set[str]:
     }
 
 
+def nox_sessions_of(command: str) -> list[str]:
+    """The sessions a ``nox -s ...`` command runs (its arguments up to ``--``)."""
+    args = shlex.split(command)[2:]
+    return args[: args.index("--")] if "--" in args else args
+
+
 def test_rendered_ci_workflow_runs_existing_nox_sessions_on_every_tested_lmcache(render: Callable[..., Path]) -> None:
     """ci.yml is valid YAML, its matrix is the tested lmcache releases, and it runs only sessions the noxfile has."""
     import yaml
@@ -349,9 +359,30 @@ def test_rendered_ci_workflow_runs_existing_nox_sessions_on_every_tested_lmcache
     jobs = workflow["jobs"]
     assert jobs["conformance"]["strategy"]["matrix"]["lmcache"] == context["_lmcache_tested"]
     commands = [step["run"] for job in jobs.values() for step in job["steps"] if "run" in step]
-    invoked = {arg.split("(")[0] for cmd in commands if cmd.startswith("nox -s ") for arg in shlex.split(cmd)[2:]}
-    assert {"lint", "typecheck", "build", "tests", "lmcache_contract"} <= invoked <= noxfile_sessions(project)
+    invoked = {arg.split("(")[0] for cmd in commands if cmd.startswith("nox -s ") for arg in nox_sessions_of(cmd)}
+    assert {"lint", "typecheck", "build", "tests", "lmcache_contract", "canary"} <= invoked <= noxfile_sessions(project)
     assert "${{ matrix.lmcache }}" in (project / ".github/workflows/ci.yml").read_text()
+
+
+def test_rendered_ci_runs_a_weekly_canary_on_lmcache_main_and_newest_and_keeps_its_report(
+    render: Callable[..., Path],
+) -> None:
+    """A scheduled job runs ``nox -s canary`` on LMCache's main branch and its newest release and uploads the report
+    even when the canary fails; push and pull-request runs skip it."""
+    import yaml
+
+    project = render()
+    workflow = yaml.safe_load((project / ".github/workflows/ci.yml").read_text())
+    triggers = workflow[True]  # YAML 1.1 reads the key "on" as True
+    assert triggers["schedule"][0]["cron"] and "workflow_dispatch" in triggers
+    canary = workflow["jobs"]["canary"]
+    assert "schedule" in canary["if"] and "push" not in canary["if"]
+    targets = canary["strategy"]["matrix"]["lmcache"]
+    assert "lmcache" in targets and any("git+https://github.com/LMCache/LMCache" in t for t in targets)
+    steps = canary["steps"]
+    assert any(step.get("run", "").startswith("nox -s canary -- ") for step in steps)
+    upload = next(step for step in steps if "upload-artifact" in step.get("uses", ""))
+    assert upload["if"] == "always()" and upload["with"]["path"] == "canary-report.md"
 
 
 def test_rendered_tooling_configures_pre_commit_line_endings_and_mypy(render: Callable[..., Path]) -> None:

@@ -18,6 +18,11 @@ TORCH_MODULE_NAME = "{{ cookiecutter.__torch_module_name }}"
 #: The module that creates ``torch.{{ cookiecutter.__torch_module_name }}`` when imported; empty if
 #: torch has the device built in.
 TORCH_EXTENSION_MODULE = "{{ cookiecutter.torch_extension_module }}"
+{%- if cookiecutter.ownership == 'wheel' %}
+#: Set to ``1`` to load on an LMCache release this plugin was not tested with (the
+#: canary and ``doctor --api`` do, in their own processes; never set it to serve).
+ALLOW_UNTESTED_ENV_VAR = "{{ cookiecutter.__untested_env_var }}"
+{%- endif %}
 {%- if cookiecutter.emulator == 'yes' %}
 #: Tests and CI set this to ``1`` to run on the CPU emulator of
 #: ``torch.{{ cookiecutter.__torch_module_name }}``, a distribution of its own that torch loads at

@@ -74,6 +74,10 @@ pytestmark = pytest.mark.xdist_group("discovery")
 #: Nothing selected and no device: what plain ``import lmcache`` sees on a host without
 #: one.
 PLAIN = {EMULATOR: "0", "LMCACHE_DEVICE_BACKEND": None, "DEVICE_TYPE": None}
+{%- if cookiecutter.ownership == 'wheel' %}
+#: Loads the plugin on an untested LMCache (the canary's runs set it).
+ALLOW_UNTESTED = "{{ cookiecutter.__untested_env_var }}"
+{%- endif %}
 _probes: dict[frozenset, tuple[dict, str]] = {}
 
 
@@ -183,6 +187,7 @@ def test_registry_build_imports_only_the_spec_module() -> None:
     assert BACKEND in result["registered"], log[-3000:]
     assert "Failed to load LMCache device plugin" not in log
     loaded = {PACKAGE, f"{PACKAGE}.names", f"{PACKAGE}._lmcache_compat"}
+    loaded.add(f"{PACKAGE}._lmcache_compat.surface")  # data only: imports nothing
 {%- if cookiecutter.ownership == 'wheel' %}
     loaded |= {f"{PACKAGE}.device"{% if cookiecutter.lmcache_driven != 'no' %}, f"{PACKAGE}._lmcache_compat.wire"{% endif %}}
 {%- endif %}
@@ -220,7 +225,8 @@ def test_plugin_refuses_to_load_on_an_untested_lmcache_release() -> None:
         print({backend!r} in _DEVICE_REGISTRY)
         """
     ).format(backend=BACKEND)
-    done = run_python(code, PLAIN)
+    # The canary (nox -s canary) relaxes the check in its own runs: test it as shipped.
+    done = run_python(code, {**PLAIN, ALLOW_UNTESTED: None})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "False"
     assert f"Failed to load LMCache device plugin {BACKEND!r}" in done.stderr

@@ -20,7 +20,7 @@ Supported: ``{{ cookiecutter._lmcache_requirement }}`` (tested: lmcache {{ cooki
 feature detection, never by comparing version numbers:
 {%- endif %}
 
-* where names live (``_LAZY_NAMES`` lists each location, newest first);
+* where names live (``surface.NAMES`` lists each location, newest first);
 * the spelling of the LMCache-driven capability (``PortableDeviceSpec``);
 * what worker-side ``auto`` means (``auto_transfer_mode``);
 * how IPC wrappers travel: pickled as they are up to 0.5.5, through a closed
@@ -59,10 +59,20 @@ from typing import TYPE_CHECKING, Any
 import importlib
 import importlib.util
 import inspect
+{%- if cookiecutter.ownership == 'wheel' %}
+import logging
+import os
+{%- endif %}
 
 # First Party
 # The one eager import: the base class LMCache's loader checks against.
 from lmcache.v1.platform.base.device_spec import DeviceSpec
+
+# Local
+{%- if cookiecutter.ownership == 'wheel' %}
+from ..names import ALLOW_UNTESTED_ENV_VAR
+{%- endif %}
+from .surface import NAMES, Location
 
 if TYPE_CHECKING:
     # First Party
@@ -149,73 +159,10 @@ HAS_WIRE_ALLOWLIST = (
 #: ``default_mp_transfer_mode``); before, LMCache-driven for CUDA only.
 AUTO_FOLLOWS_SPEC = hasattr(DeviceSpec, "default_mp_transfer_mode")
 
-# Where each name lives, newest release first; the first location that exists
-# wins. The guide ("Adding a New Device Backend") names some differently; the
-# code is the truth. In 0.5.6 the torch baseline became a package (torch_ops/),
-# MPTransferMode moved to transfer_mode and built-in backends moved from
-# platform/<name>/ to platform/devices/<name>/. TransferDirection and
-# EngineKVFormat come from the compiled lmcache.lmcache_native.
-_LAZY_NAMES: dict[str, tuple[tuple[str, str | None], ...]] = {
-    "DeviceOps": (("lmcache.v1.platform.base.device_ops", "DeviceOps"),),
-    "torch_ops": (("lmcache.v1.platform.torch_ops", None),),
-    "TransferDirection": (("lmcache.lmcache_native", "TransferDirection"),),
-    "EngineKVFormat": (("lmcache.lmcache_native", "EngineKVFormat"),),
-    "PageBufferShapeDesc": (("lmcache.v1.platform.ops_types", "PageBufferShapeDesc"),),
-    "MPTransferMode": (
-        ("lmcache.v1.multiprocess.transfer_mode", "MPTransferMode"),  # 0.5.6
-        (
-            "lmcache.v1.multiprocess.transfer_context.worker_transfer",
-            "MPTransferMode",
-        ),  # 0.5.4, 0.5.5
-    ),
-    "init_logger": (("lmcache.logging", "init_logger"),),
-    "resolve_device_ops": (("lmcache.v1.platform", "resolve_device_ops"),),
-    # Private: the registry and detection the doctor reports on.
-    "device_registry": (("lmcache.v1.platform", "_DEVICE_REGISTRY"),),
-    "detect_device": (("lmcache.v1.platform._device_detect", "_detect_device"),),
-    # Private: the baseline's pointer-mode copy library (tests check it never loads).
-    "baseline_copy_module": (
-        ("lmcache.v1.platform.torch_ops._tensor_from_ptr", None),  # 0.5.6
-        ("lmcache.v1.platform.torch_ops", None),  # 0.5.4, 0.5.5
-    ),
-{%- if cookiecutter.lmcache_driven != 'no' %}
-    # LMCache-driven transfer (IPC wrapper, cache context, event IPC, pinning):
-    "DeviceIPCWrapper": (("lmcache.v1.platform.base.ipc_wrapper", "DeviceIPCWrapper"),),
-    "BaseCacheContext": (
-        ("lmcache.v1.platform.base.cache_context", "BaseCacheContext"),
-    ),
-    "DefaultEventIPCBackend": (
-        ("lmcache.v1.platform.base.event_ipc", "DefaultEventIPCBackend"),
-    ),
-    "PinMemoryBackend": (("lmcache.v1.platform.base.pin_memory", "PinMemoryBackend"),),
-    "EngineType": (("lmcache.utils", "EngineType"),),
-    "KVLayerGroupsManager": (("lmcache.v1.kv_layer_groups", "KVLayerGroupsManager"),),
-    "engine_group_layer_indices": (
-        ("lmcache.v1.multiprocess.group_view", "engine_group_layer_indices"),
-    ),
-    "get_group_data_ptrs": (("lmcache.v1.gpu_connector.utils", "get_group_data_ptrs"),),
-    "normalize_and_discover_per_layer_formats": (
-        ("lmcache.v1.gpu_connector.utils", "normalize_and_discover_per_layer_formats"),
-    ),
-    "kv_format_spec": (
-        ("lmcache.v1.gpu_connector.kv_format.specs.registry", "get_spec_class"),
-    ),
-    # Private baseline helper: KV dtype from a PageBufferShapeDesc (fp16 vs bf16 safe).
-    "infer_kv_dtype": (
-        ("lmcache.v1.platform.torch_ops.mp_mem_kernels", "_infer_kv_dtype"),  # 0.5.6
-        ("lmcache.v1.platform.torch_ops", "_infer_kv_dtype"),  # 0.5.4, 0.5.5
-    ),
-    # Private baseline helper, used on 0.5.4/0.5.5 only (paged_layers_for_baseline).
-    "per_layer_paged_shape": (
-        ("lmcache.v1.platform.torch_ops", "_per_layer_paged_shape"),
-    ),
-{%- endif %}
-}
 
-
-def _resolve(candidates: tuple[tuple[str, str | None], ...]) -> Any:
+def _resolve(candidates: tuple[Location, ...]) -> Any:
     """The value at the first of ``candidates`` that exists (``None``: the module)."""
-    for module_name, attribute in candidates:
+    for module_name, attribute, _, _ in candidates:
         try:
             found = importlib.util.find_spec(module_name) is not None
         except ModuleNotFoundError:  # a parent is a plain module, not a package
@@ -227,7 +174,7 @@ def _resolve(candidates: tuple[tuple[str, str | None], ...]) -> Any:
             return module
         if hasattr(module, attribute):
             return getattr(module, attribute)
-    tried = ", ".join(f"{m}:{a}" if a else m for m, a in candidates)
+    tried = ", ".join(f"{m}:{a}" if a else m for m, a, _, _ in candidates)
     raise ImportError(
         f"None of {tried} exists in lmcache {installed_lmcache_version()}; "
 {%- if cookiecutter.ownership == 'wheel' %}
@@ -241,9 +188,9 @@ def _resolve(candidates: tuple[tuple[str, str | None], ...]) -> Any:
 
 def __getattr__(name: str) -> Any:
     """Resolve LMCache names on first use, after ``import lmcache`` has finished."""
-    if name not in _LAZY_NAMES:
+    if name not in NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = _resolve(_LAZY_NAMES[name])
+    value = _resolve(NAMES[name])
     globals()[name] = value
     return value
 
@@ -327,14 +274,24 @@ def check_lmcache_version() -> None:
     Failure policy: loud. Raising here makes LMCache log "Failed to load LMCache
     device plugin ... <this message>" and skip the plugin, instead of running
     code written against another interface and failing later mid-transfer.
+    ``ALLOW_UNTESTED_ENV_VAR=1`` loads it anyway, with a warning: for the canary
+    (``nox -s canary``) and ``doctor --api``, never for serving.
     """
     version = installed_lmcache_version()
-    if version not in TESTED_LMCACHE_VERSIONS:
-        raise RuntimeError(
-            f"{{ cookiecutter.project_slug }} supports {SUPPORTED_LMCACHE} "
-            f"(tested: {', '.join(TESTED_LMCACHE_VERSIONS)}), but lmcache {version} "
-            "is installed. Install a supported release "
-            f"(pip install '{SUPPORTED_LMCACHE}'), or port _lmcache_compat/ to the new "
-            "release and run the conformance tests."
+    if version in TESTED_LMCACHE_VERSIONS:
+        return
+    if os.environ.get(ALLOW_UNTESTED_ENV_VAR) == "1":
+        logging.getLogger(__name__).warning(
+            "lmcache %s is untested with this plugin; loading it because %s=1",
+            version,
+            ALLOW_UNTESTED_ENV_VAR,
         )
+        return
+    raise RuntimeError(
+        f"{{ cookiecutter.project_slug }} supports {SUPPORTED_LMCACHE} "
+        f"(tested: {', '.join(TESTED_LMCACHE_VERSIONS)}), but lmcache {version} "
+        "is installed. Install a supported release "
+        f"(pip install '{SUPPORTED_LMCACHE}'), or port _lmcache_compat/ to the new "
+        "release: doctor --api names what moved, nox -s canary runs the tests on it."
+    )
 {%- endif %}
