@@ -28,11 +28,15 @@ import time
 
 # Third Party
 from _scheduler import Scheduler
-from _servers import LMCacheServer
+from _servers import CHUNK, LMCacheServer
 from _support import HERE, child_env
 import _spawn
 
 WORKER = HERE / "e2e_worker.py"
+#: Short LMCache timeouts for fault tests: every failure must surface within seconds.
+MQ_TIMEOUT = "5"
+#: Shorter still where the failure can only surface as a timeout.
+TIMED_OUT_MQ_TIMEOUT = "2"
 
 
 class Worker:
@@ -151,6 +155,28 @@ class Worker:
         self.begin_close()
         self.process.kill()
         self.process.wait(timeout=30)
+
+
+def start_worker(
+    server: LMCacheServer, tmp_path: Path, name: str, mq_timeout: str = MQ_TIMEOUT
+) -> Worker:
+    """A fault test's registered worker rank (model ``fault-<name>``) that stored its
+    first 2-chunk prompt."""
+    worker = Worker(
+        server.url,
+        model=f"fault-{name}",
+        rank=0,
+        world_size=1,
+        tokens=2 * CHUNK,
+        log_path=tmp_path / f"{name}-worker.log",
+        extra_args=["--mq-timeout", mq_timeout, "--layers", "2"],
+    )
+    first = worker.next_result()
+    assert first["phase"] == "store" and first["ok"], (
+        first.get("error") or first["log"][-3000:]
+    )
+    assert worker.next_result()["phase"] == "ready"
+    return worker
 
 
 def close_all(ranks: Iterable[Worker], timeout: float = 60) -> list[int]:

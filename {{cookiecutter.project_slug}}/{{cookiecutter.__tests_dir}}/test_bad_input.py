@@ -18,7 +18,7 @@ import textwrap
 import time
 
 # Third Party
-from _engine import Scheduler, Worker
+from _engine import MQ_TIMEOUT, TIMED_OUT_MQ_TIMEOUT, Scheduler, start_worker
 from _servers import CHUNK, LMCacheServer
 from _support import child_env
 from e2e_worker import BLOCK_SIZE, token_ids
@@ -27,33 +27,6 @@ import pytest
 
 DEVICE = "{{ cookiecutter.device_name }}"
 DEADLINE_S = 30
-#: Short LMCache timeouts: every failure below must surface well inside DEADLINE_S.
-MQ_TIMEOUT = "5"
-#: Shorter still where the failure can only surface as a timeout (a store the server
-#: drops).
-TIMED_OUT_MQ_TIMEOUT = "2"
-
-
-def start_worker(
-    server: LMCacheServer, tmp_path: Path, name: str, mq_timeout: str = MQ_TIMEOUT
-) -> Worker:
-    """A registered worker rank of model ``fault-<name>`` that stored its first 2-chunk
-    prompt."""
-    worker = Worker(
-        server.url,
-        model=f"fault-{name}",
-        rank=0,
-        world_size=1,
-        tokens=2 * CHUNK,
-        log_path=tmp_path / f"{name}-worker.log",
-        extra_args=["--mq-timeout", mq_timeout, "--layers", "2"],
-    )
-    first = worker.next_result()
-    assert first["phase"] == "store" and first["ok"], (
-        first.get("error") or first["log"][-3000:]
-    )
-    assert worker.next_result()["phase"] == "ready"
-    return worker
 
 
 @pytest.mark.parametrize("server", ["engine-pickle"], indirect=True)

@@ -88,6 +88,17 @@ def test_pointer_mode_transfer_into_the_staging_buffer_reproduces_the_paged_data
     context.close()
 
 
+def hybrid_context(seed: int, separate: bool):  # type: ignore[no-untyped-def]
+    """A cache context over the hybrid model's caches (full attention and windows)."""
+    return create_cache_context(
+        wrap_kv_caches(kv_caches(seed)),
+        CHUNK,
+        {"kv_layout": "NHD"},
+        engine_group_infos=HYBRID,
+        separate_object_groups=separate,
+    )
+
+
 def byte_range(t: torch.Tensor) -> range:
     """The device addresses a contiguous tensor occupies."""
     return range(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
@@ -105,14 +116,7 @@ def test_hybrid_staging_slots_are_disjoint_and_object_groups_hold_their_kernel_g
 ) -> None:
     """Slots of every (batch entry, kernel group) are disjoint; an object group's buffer
     is its kernel groups' slots."""
-    source = kv_caches(seed=8)
-    context = create_cache_context(
-        wrap_kv_caches(source),
-        CHUNK,
-        {"kv_layout": "NHD"},
-        engine_group_infos=HYBRID,
-        separate_object_groups=separate,
-    )
+    context = hybrid_context(seed=8, separate=separate)
     manager = context.kv_layer_groups_manager
     assert manager.num_kernel_groups == 3
     if separate:
@@ -149,14 +153,7 @@ def test_a_sliding_window_group_stages_only_its_window_and_sizes_add_up(
 ) -> None:  # type: ignore[no-untyped-def]
     """A window shorter than a chunk stages get_slots_per_chunk_in_sw() slots;
     cache_size_per_token sums every group."""
-    source = kv_caches(seed=9)
-    context = create_cache_context(
-        wrap_kv_caches(source),
-        CHUNK,
-        {"kv_layout": "NHD"},
-        engine_group_infos=HYBRID,
-        separate_object_groups=True,
-    )
+    context = hybrid_context(seed=9, separate=True)
     manager = context.kv_layer_groups_manager
     for group in range(manager.num_kernel_groups):
         slot = context.get_temp_kernel_group_buffer(0, group)

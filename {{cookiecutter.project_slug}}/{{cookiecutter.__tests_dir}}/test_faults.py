@@ -25,16 +25,12 @@ import signal
 import time
 
 # Third Party
-from _engine import Scheduler, Worker
+from _engine import MQ_TIMEOUT, TIMED_OUT_MQ_TIMEOUT, Scheduler, Worker, start_worker
 from _servers import CHUNK, LMCacheServer, running_server
 from e2e_worker import token_ids
 import pytest
 
 DEADLINE_S = 30
-#: Short LMCache timeouts: every failure below must surface well inside DEADLINE_S.
-MQ_TIMEOUT = "5"
-#: Shorter still where the failure can only surface as a timeout (a frozen server).
-TIMED_OUT_MQ_TIMEOUT = "2"
 
 # ------------------------------------------------------------- server --
 
@@ -45,28 +41,6 @@ def engine_server(tmp_path: Path, **kwargs: Any) -> Any:
     return running_server(
         tmp_path / "server.log", transfer_mode="engine_driven", **kwargs
     )
-
-
-def start_worker(
-    server: LMCacheServer, tmp_path: Path, name: str, mq_timeout: str = MQ_TIMEOUT
-) -> Worker:
-    """A registered worker rank of model ``fault-<name>`` that stored its first 2-chunk
-    prompt."""
-    worker = Worker(
-        server.url,
-        model=f"fault-{name}",
-        rank=0,
-        world_size=1,
-        tokens=2 * CHUNK,
-        log_path=tmp_path / f"{name}-worker.log",
-        extra_args=["--mq-timeout", mq_timeout, "--layers", "2"],
-    )
-    first = worker.next_result()
-    assert first["phase"] == "store" and first["ok"], (
-        first.get("error") or first["log"][-3000:]
-    )
-    assert worker.next_result()["phase"] == "ready"
-    return worker
 
 
 def round_trip(
