@@ -17,6 +17,12 @@ from packaging.requirements import Requirement
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
 #: GitHub Actions expressions (``${{ matrix.x }}``) are meant to survive rendering.
 GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.-]+ \}\}")
+#: A wheel render's style checks, LMCache's style with the render's own settings, run inside the render.
+WHEEL_STYLE_CHECKS = (
+    ("ruff", "check", "--no-cache", "--no-respect-gitignore", "--output-format", "concise", "."),
+    ("ruff", "format", "--check", "--no-cache", "."),
+    ("isort", "--check-only", "--diff", "--settings-path", ".", "."),
+)
 #: The most lines a rendered file may have: a vendor reads each on one screen.
 MAX_LINES = 300
 #: The modules LMCache-driven transfer adds to the package.

@@ -132,9 +132,11 @@ def check_contribution(project: Path, release: str, cache: Path) -> tuple[bool, 
         for name in names:
             (checkout / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(project / name, checkout / name)
-        for patch in sorted((project / "patches").glob("*.patch")):
+        from tasks.envs import patched_files, wire_patches  # imports nox: not in the tools' environment
+
+        for patch in wire_patches(project):
             subprocess.run(["patch", "-p1", "--forward", "--quiet", "-d", str(checkout), "-i", str(patch)], check=True)
-            names += [line[6:].strip() for line in patch.read_text().splitlines() if line.startswith("+++ b/")]
+            names += patched_files(patch)
         done = subprocess.run([python, "-m", "tasks.lmcache_style", "run", "--root", str(checkout), *names],
                               cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True)  # fmt: skip
     return done.returncode == 0, (done.stdout + done.stderr).strip()

@@ -16,6 +16,7 @@ from pathlib import Path
 import nox
 
 from tasks.checks import (
+    WHEEL_STYLE_CHECKS,
     context,
     emulator_wheel_problems,
     rendered_text_problems,
@@ -49,9 +50,9 @@ def check_statically(session: nox.Session, env: ReleaseEnv, project: Path, cache
         session.error("rendered project check failed:\n  " + "\n  ".join(problems))
     ctx = context(project)
     if ctx["ownership"] == "wheel":
-        env.run(session, "ruff", "check", "--no-cache", "--no-respect-gitignore", "--quiet", str(project))
-        env.run(session, "ruff", "format", "--check", "--no-cache", "--quiet", str(project))
-        env.run(session, "isort", "--check-only", "--diff", "--settings-path", str(project), str(project))
+        with session.chdir(project):
+            for command in WHEEL_STYLE_CHECKS:
+                env.run(session, *command, silent=True)
         sources = [project / "src", *[path for path in [project / ctx["__emulator_dir"] / "src"] if path.is_dir()]]
         env.run(session, "mypy", "--config-file", str(project / "pyproject.toml"), "--cache-dir", str(cache),
                 *map(str, sources), silent=True)  # fmt: skip

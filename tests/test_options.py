@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.checks import EMULATOR_FILES, files, leftover_syntax
+from tasks.checks import EMULATOR_FILES, WHEEL_STYLE_CHECKS, files, leftover_syntax
 from tasks.lmcache_style import check_contribution
 from tasks.variants import NEWEST, ROOT
 
@@ -166,8 +166,7 @@ def test_odd_but_valid_names_render_clean_python_for_both_ownership_models(
         passed, report = check_contribution(project, NEWEST, ROOT / ".nox" / f"lmcache-style-{NEWEST}")
         assert passed, report[-3000:]
         return
-    for command in (["ruff", "check", "--no-cache", "."], ["ruff", "format", "--check", "--no-cache", "."],
-                    ["isort", "--check-only", "--diff", "--settings-path", ".", "."]):  # fmt: skip
+    for command in WHEEL_STYLE_CHECKS:
         done = subprocess.run([sys.executable, "-m", *command], cwd=project, capture_output=True, text=True)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
