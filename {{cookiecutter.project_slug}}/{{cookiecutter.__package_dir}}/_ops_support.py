@@ -4,31 +4,43 @@
 Why it exists: ``device_ops.py`` holds what a vendor replaces. What is the same
 for every device (the one-layout check of a transfer, contiguous strides and,
 for LMCache-driven transfer, the pointer-mode operands) lives here instead and
-needs no vendor edits.
+needs no vendor edits. So does the report of slow paths: a transfer that works
+but silently takes a path many times slower than the one the device offers (a
+copy from pageable host memory, a native op falling back to the baseline). Each
+kind is logged once per process with ``SLOW_PATH_MARK``, which benchmarks{{ " and
+the doctor" if cookiecutter.ownership == "wheel" else "" }} look for.
 
 Must not import ``device_ops`` or anything that imports it (``device_ops``
-imports this module); of this package only ``names`` and ``_lmcache_compat``.
+imports this module); of this package only ``names``, ``_lmcache_compat`` and
+(at call time) ``pin_memory``.
 """
 
 # Future
 from __future__ import annotations
 
-{%- if cookiecutter.lmcache_driven != 'no' %}
-
 # Standard
+from collections import Counter
+{%- if cookiecutter.lmcache_driven != 'no' %}
 from collections.abc import Callable
 {%- endif %}
 
 # Third Party
 import torch
-{%- if cookiecutter.lmcache_driven != 'no' %}
 
 # Local
+{%- if cookiecutter.lmcache_driven != 'no' %}
 from ._lmcache_compat import EngineKVFormat, PageBufferShapeDesc, init_logger
+{%- else %}
+from ._lmcache_compat import init_logger
+{%- endif %}
+from .names import SLOW_PATH_MARK
 
 logger = init_logger(__name__)
-#: The name the pointer-mode log line gives the ops class.
+#: The name the log lines give the ops class.
 OPS_CLASS = "{{ cookiecutter.class_prefix }}DeviceOps"
+#: Slow paths taken in this process, by kind (the tests and the doctor read it).
+slow_paths: Counter[str] = Counter()
+{%- if cookiecutter.lmcache_driven != 'no' %}
 _announced_pointer_mode = False
 {%- endif %}
 
@@ -40,6 +52,37 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
+
+
+def report_slow_path(kind: str, detail: str) -> None:
+    """Count a slow path; the first of each ``kind`` in a process is logged as a
+    warning that starts with ``SLOW_PATH_MARK``."""
+    slow_paths[kind] += 1
+    if slow_paths[kind] == 1:
+        logger.warning("%s %s: %s", SLOW_PATH_MARK, kind, detail)
+{%- if cookiecutter.lmcache_driven != 'no' %}
+
+
+def check_host_pinned(ptr: int, nbytes: int, op: str) -> None:
+    """Report a copy between the device and host memory that is not pinned, when
+    this device pins host memory (``pin_memory.host_range_is_pinned``).
+
+    LMCache pins its host buffers through the pin backend and copies from
+    unpinned ones without a word when pinning failed or was skipped; on hardware
+    such a copy bounces through a staging buffer, many times slower.
+    """
+    # Local
+    from .pin_memory import host_range_is_pinned
+
+    if nbytes > 0 and host_range_is_pinned(ptr, nbytes) is False:
+        report_slow_path(
+            "pageable host memory",
+            f"{OPS_CLASS}.{op} copies {nbytes} bytes at host address 0x{ptr:x}, "
+            "which is not pinned although this device pins host memory: check "
+            "that LMCache pins through this plugin's pin backend and that "
+            "pinning succeeds.",
+        )
+{%- endif %}
 
 
 def check_one_layer_layout(paged: object) -> None:
@@ -94,7 +137,7 @@ def pointer_mode_operands(
     from ._lmcache_compat import infer_kv_dtype
     from ._lmcache_compat.kv_layout import chunk_object_shape, paged_layers_for_baseline
 
-    _announce_pointer_mode()
+    announce_pointer_mode("torch baseline")
     shape = chunk_object_shape(engine_kv_format, shape_desc, chunk_tokens)
     dtype = infer_kv_dtype(None, None, shape_desc)
     objects = [tensor_from_ptr(address, shape, dtype, device) for address in addresses]
@@ -104,11 +147,15 @@ def pointer_mode_operands(
     return objects, paged
 
 
-def _announce_pointer_mode() -> None:
+def announce_pointer_mode(how: str) -> None:
     """Log once per process that LMCache drove this plugin's ops with device pointers
-    (the server side)."""
+    (the server side), and ``how`` they ran."""
     global _announced_pointer_mode
     if not _announced_pointer_mode:
         _announced_pointer_mode = True
-        logger.info("%s: serving pointer-mode multi_layer_block_kv_transfer", OPS_CLASS)
+        logger.info(
+            "%s: serving pointer-mode multi_layer_block_kv_transfer (%s)",
+            OPS_CLASS,
+            how,
+        )
 {%- endif %}

@@ -57,10 +57,16 @@ from ._lmcache_compat import (
 )
 {%- if cookiecutter.lmcache_driven != 'no' %}
 from ._ops_support import (
+    check_host_pinned,
     check_one_layer_layout,
     contiguous_strides,
     pointer_mode_operands,
+{%- if cookiecutter.native_ops == 'yes' %}
+    report_slow_path,
+{%- endif %}
 )
+{%- elif cookiecutter.native_ops == 'yes' %}
+from ._ops_support import check_one_layer_layout, contiguous_strides, report_slow_path
 {%- else %}
 from ._ops_support import check_one_layer_layout, contiguous_strides
 {%- endif %}
@@ -95,17 +101,21 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         """
         self._native_bound = False
         if os.environ.get(NATIVE_ENV_VAR) == "0":
+            logger.info(
+                "%s: LMCache's torch baseline, as %s=0 asks",
+                type(self).__name__,
+                NATIVE_ENV_VAR,
+            )
             return
         try:
             # Local
             from . import native_ops
         except ImportError as exc:
-            logger.warning(
-                "%s: native ops unavailable (%s); using LMCache's torch baseline. "
-                "Rebuild the wheel with a C++ compiler and the torch you deploy: "
-                "python -m build --wheel --no-isolation",
-                type(self).__name__,
-                exc,
+            report_slow_path(
+                "native ops not bound",
+                f"{type(self).__name__} runs LMCache's torch baseline: the native "
+                f"ops did not load ({exc}). Rebuild the wheel with a C++ compiler "
+                "and the torch you deploy: python -m build --wheel --no-isolation",
             )
             return
         self.bind_native(native_ops)
@@ -175,6 +185,9 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             raise ValueError(
                 f"unsupported transfer direction {direction!r}: expected H2D or D2H"
             )
+{%- if cookiecutter.lmcache_driven != 'no' %}
+        check_host_pinned(host_ptr, nbytes, "lmcache_memcpy_async")
+{%- endif %}
         device_view = self.tensor_from_ptr(
             device_ptr, (nbytes,), torch.uint8, torch.device(DEVICE_TYPE)
         )

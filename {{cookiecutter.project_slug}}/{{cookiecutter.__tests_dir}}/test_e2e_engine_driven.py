@@ -28,6 +28,9 @@ from _servers import CHUNK, LMCacheServer
 from e2e_worker import token_ids
 import pytest
 
+# First Party
+from {{ cookiecutter.__package }}.names import SLOW_PATH_MARK
+
 pytestmark = pytest.mark.e2e
 
 TOKENS = 4 * CHUNK
@@ -79,6 +82,15 @@ def test_store_lookup_retrieve_round_trip_is_byte_exact(
         (True, True)
     ] * world_size
     assert {r["kv_device_type"] for r in retrieved} == {DEVICE}
+    # The pickle sub-path hands unpickled, unpinned chunks to the retrieve: pageable
+    # copies are what it asks for. The SHM pool is pinned: no slow path.
+    slow = [
+        line
+        for r in (*cluster.stored, *retrieved)
+        for line in r["log"].splitlines()
+        if SLOW_PATH_MARK in line and server.shm_name
+    ]
+    assert not slow, f"a rank took a slow path: {slow}"
     record_transfer_times(
         f"engine_driven/{sub_path.removeprefix('engine-')}",
         cluster.stored + retrieved,

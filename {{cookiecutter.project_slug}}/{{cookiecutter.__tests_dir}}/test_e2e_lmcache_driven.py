@@ -34,6 +34,9 @@ from _servers import (
 from e2e_worker import BLOCK_SIZE, DTYPE, HEAD_SIZE, NUM_HEADS, token_ids
 import pytest
 
+# First Party
+from {{ cookiecutter.__package }}.names import SLOW_PATH_MARK
+
 pytestmark = pytest.mark.e2e
 
 TOKENS = 4 * CHUNK
@@ -126,6 +129,8 @@ def test_round_trip_is_byte_exact_with_the_server_running_the_plugin(
     assert "{{ cookiecutter.class_prefix }}DeviceOps: serving pointer-mode" in log, (
         "the server must run this plugin's ops"
     )
+    slow = [line for line in log.splitlines() if SLOW_PATH_MARK in line]
+    assert not slow, f"the server took a slow path: {slow}"
 
 
 @pytest.mark.parametrize("server", ["lmcache-driven"], indirect=True)

@@ -177,6 +177,41 @@ def test_memcpy_pointer_mode_copies_bytes_without_libcudart(
     assert not baseline_loaded_cuda_runtime()
 
 
+{%- if cookiecutter.lmcache_driven != 'no' %}
+
+
+def test_copies_from_unpinned_host_memory_are_reported_as_a_slow_path(  # type: ignore[no-untyped-def]
+    lmcache_driven, emulator
+) -> None:
+    """Pinned host memory (allocated pinned, or registered in pieces as LMCache's lazy
+    L1 does) copies quietly; a pageable buffer is counted as a slow path."""
+    # First Party
+    from {{ cookiecutter.__package }} import _ops_support
+    from {{ cookiecutter.__package }}._lmcache_compat import TransferDirection
+
+    nbytes = 1 << 16
+    dev = torch.zeros(2 * nbytes, dtype=torch.uint8).to(DEVICE)
+    allocated = torch.ones(2 * nbytes, dtype=torch.uint8).pin_memory()
+    registered = torch.ones(2 * nbytes, dtype=torch.uint8)
+    pins = lmcache_driven.pin_memory_backend()
+    halves = [registered.data_ptr(), registered.data_ptr() + nbytes]
+    assert all(pins.pin_memory(address, nbytes) for address in halves)
+    pageable = torch.ones(2 * nbytes, dtype=torch.uint8)
+    ops, kind = resolve_device_ops(DEVICE), "pageable host memory"
+    before = _ops_support.slow_paths[kind]
+    try:
+        for host in (allocated, registered, pageable):
+            ops.lmcache_memcpy_async(
+                dev.data_ptr(), host.data_ptr(), 2 * nbytes, TransferDirection.H2D, 0, 0
+            )
+            emulator.synchronize()
+            quiet = _ops_support.slow_paths[kind] == before
+            assert quiet is (host is not pageable), "wrong verdict on a host buffer"
+    finally:
+        assert all(pins.unpin_memory(address) for address in halves)
+{%- endif %}
+
+
 @pytest.mark.parametrize(
     "index", [0, 1], ids=["device0", "device1-while-device0-is-current"]
 )
