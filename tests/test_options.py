@@ -52,7 +52,7 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
         "_engine.py", "_forked.py", "_scheduler.py", "_servers.py", "_spawn.py", "_support.py", "_worker_kv.py",
         "_zygote.py", "conftest.py", "e2e_worker.py", "test_bad_input.py", "test_cache_context.py", "test_cache_context_staging.py", "test_discovery.py", "test_e2e_engine_driven.py",
-        "test_e2e_lmcache_driven.py", "test_faults.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_ops_parity.py", "test_registry_faults.py",
+        "test_e2e_lmcache_driven.py", "test_faults.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_native_pointer_mode.py", "test_ops_parity.py", "test_registry_faults.py",
         "test_spawn.py", "test_streams.py")}  # fmt: skip
     assert rendered == package | suite | emulator | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
     assert not [d for d in project.rglob("*") if d.is_dir() and not any(d.iterdir())], "empty directories left behind"
@@ -111,7 +111,7 @@ def test_both_ownership_models_render_the_same_conformance_suite(render: Callabl
     wheel = suite_functions(render(lmcache_driven="default") / "tests")
     in_tree = suite_functions(render(ownership="in_tree", lmcache_driven="default") / IN_TREE_TESTS)
     # the doctor (and its --api with the shims' release range) checks an installed wheel
-    wheel_only_files = {"test_doctor.py", "test_lmcache_surface.py"}
+    wheel_only_files = {"test_doctor.py", "test_doctor_paths.py", "test_lmcache_surface.py"}
     assert set(in_tree) == set(wheel) - wheel_only_files
     wheel_tests = set().union(*(tests for name, tests in wheel.items() if name not in wheel_only_files))
     in_tree_tests = set().union(*in_tree.values())

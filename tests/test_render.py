@@ -47,6 +47,7 @@ EXPECTED_FILES = {
     "src/lmcache_foo/_doctor_checks.py",
     "src/lmcache_foo/_doctor_discovery.py",
     "src/lmcache_foo/_doctor_live.py",
+    "src/lmcache_foo/_doctor_paths.py",
     "src/lmcache_foo/_doctor_report.py",
     "src/lmcache_foo/doctor.py",
     "src/lmcache_foo/names.py",
@@ -73,6 +74,7 @@ EXPECTED_FILES = {
     "tests/test_cache_context_staging.py",
     "tests/test_discovery.py",
     "tests/test_doctor.py",
+    "tests/test_doctor_paths.py",
     "tests/test_e2e_engine_driven.py",
     "tests/test_e2e_lmcache_driven.py",
     "tests/test_faults.py",
@@ -82,11 +84,12 @@ EXPECTED_FILES = {
     "tests/test_lmcache_driven.py",
     "tests/test_lmcache_surface.py",
     "tests/test_native_ops.py",
+    "tests/test_native_pointer_mode.py",
     "tests/test_ops_parity.py",
     "tests/test_spawn.py",
     "tests/test_streams.py",
 }
-NATIVE_FILES = {"setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/native_ops.py"}
+NATIVE_FILES = {"setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/_native_plan.py", "src/lmcache_foo/native_ops.py"}
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py"
     for name in ("ipc_wrapper", "cache_context", "event_ipc", "pin_memory", "_lmcache_compat/kv_layout", "_lmcache_compat/wire")

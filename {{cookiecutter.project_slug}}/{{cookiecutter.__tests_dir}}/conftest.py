@@ -208,6 +208,19 @@ def lmcache_driven(spec):  # type: ignore[no-untyped-def]
     return spec
 
 
+@pytest.fixture(scope="module")
+def native():  # type: ignore[no-untyped-def]
+    """The package's native ops module; skips the test where it ships none."""
+    if find_spec(f"{PACKAGE}.native_ops") is None:
+        pytest.skip(
+            f"{PACKAGE} ships no native ops module (rendered with native_ops=no)"
+        )
+    # Standard
+    import importlib
+
+    return importlib.import_module(f"{PACKAGE}.native_ops")
+
+
 @pytest.fixture(scope="session")
 def servers(tmp_path_factory):  # type: ignore[no-untyped-def]
     """The servers this run shares, one per kind, started on first use (see

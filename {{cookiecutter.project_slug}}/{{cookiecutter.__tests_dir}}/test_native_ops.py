@@ -10,8 +10,6 @@ silently fell back to the baseline fails here).
 from __future__ import annotations
 
 # Standard
-import importlib
-import importlib.util
 import inspect
 import textwrap
 
@@ -58,15 +56,6 @@ NATIVE_ONLY_NAMES = (
     "is_layer_list",
     "is_mla",
 )
-
-
-@pytest.fixture(scope="module")
-def native():  # type: ignore[no-untyped-def]
-    if importlib.util.find_spec(f"{PACKAGE}.native_ops") is None:
-        pytest.skip(
-            f"{PACKAGE} ships no native ops module (rendered with native_ops=no)"
-        )
-    return importlib.import_module(f"{PACKAGE}.native_ops")
 
 
 def test_native_ops_are_bound_over_the_baseline(native) -> None:  # type: ignore[no-untyped-def]
@@ -161,65 +150,6 @@ def test_native_transfers_equal_the_baseline_both_ways(  # type: ignore[no-untyp
     assert native._calls[key] >= before.get(key, 0) + 2, (
         f"expected the {path} path for {layout}"
     )
-
-
-{%- if cookiecutter.lmcache_driven != 'no' %}
-
-
-#: Per-layer shapes of a cache context's layers (exportable: 64 KiB and more).
-POINTER_MODE_SHAPES = {"flash_nhd": (2, 32, BS, 2, 32), "mla": (32, BS, 64)}
-
-
-@pytest.mark.parametrize("layout", sorted(POINTER_MODE_SHAPES))
-def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  # type: ignore[no-untyped-def]
-    native, lmcache_driven, runtime, layout: str
-) -> None:
-    """The LMCache-driven server's call shape (a table of layer addresses, chunks in
-    the staging buffer) runs the kernels, D2H and H2D, with the baseline's bytes."""
-    # First Party
-    from lmcache.v1.platform.cache_context import create_cache_context
-    from lmcache.v1.platform.kv_wrap import wrap_kv_caches
-    from {{ cookiecutter.__package }}._lmcache_compat import TransferDirection
-
-    hints = {"kv_layout": "NHD"}
-    source = seeded_kv(POINTER_MODE_SHAPES[layout], seed=13)
-    expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
-    kv = {name: t.to(DEVICE) for name, t in source.items()}
-    chunk = 2 * BS
-    context = create_cache_context(wrap_kv_caches(kv), chunk, hints)
-    staging = [context.get_temp_kernel_group_buffer(i, 0) for i in range(len(expected))]
-    ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
-    before = dict(native._calls)
-
-    def transfer(direction: TransferDirection) -> None:
-        resolve_device_ops(DEVICE).multi_layer_block_kv_transfer(
-            context.get_kernel_group_kv_pointers(0),
-            [buffer.data_ptr() for buffer in staging],
-            ids,
-            context.device,
-            direction,
-            context.get_shape_desc(0),
-            chunk,
-            context.get_engine_kv_format(0),
-            0,
-        )
-        runtime.synchronize()
-
-    transfer(TransferDirection.D2H)
-    got = [buffer.cpu().reshape(-1).view(torch.uint8) for buffer in staging]
-    want = [chunk_bytes.reshape(-1).view(torch.uint8) for chunk_bytes in expected]
-    assert all(same_bytes(g, w) for g, w in zip(got, want, strict=True))
-    for t in kv.values():
-        t.zero_()
-    transfer(TransferDirection.H2D)
-    back = {name: t.cpu() for name, t in kv.items()}
-    restored = gather_to_cpu(back, BLOCK_IDS, 2, layout_hints=hints)
-    assert all(same_bytes(r, e) for r, e in zip(restored, expected, strict=True))
-    context.close()
-    key = "multi_layer_block_kv_transfer:"
-    assert native._calls[key + "native"] == before.get(key + "native", 0) + 2
-    assert native._calls[key + "fallback"] == before.get(key + "fallback", 0)
-{%- endif %}
 
 
 def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(

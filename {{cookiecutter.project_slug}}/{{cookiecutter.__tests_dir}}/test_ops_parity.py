@@ -187,7 +187,9 @@ def test_copies_from_unpinned_host_memory_are_reported_as_a_slow_path(  # type: 
     L1 does) copies quietly; a pageable buffer is counted as a slow path."""
     # First Party
     from {{ cookiecutter.__package }} import _ops_support
-    from {{ cookiecutter.__package }}._lmcache_compat import TransferDirection
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        TransferDirection,
+    )
 
     nbytes = 1 << 16
     dev = torch.zeros(2 * nbytes, dtype=torch.uint8).to(DEVICE)

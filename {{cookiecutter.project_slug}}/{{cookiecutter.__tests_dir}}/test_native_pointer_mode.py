@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The native ops on the LMCache-driven server's call shape (pointer mode).
+
+The server passes a table of layer addresses, chunk addresses in the cache
+context's staging buffer and block ids in device memory; the kernels must run
+there too (not the baseline), read the ids on the device as LMCache's CUDA
+kernel does, and fail as a device fails on an id outside the cache.
+Skipped without native ops or without LMCache-driven transfer.
+"""
+
+# Future
+from __future__ import annotations
+
+# Third Party
+from _support import BLOCK_IDS, BS, gather_to_cpu, run_python, same_bytes, seeded_kv
+import pytest
+import torch
+
+# First Party
+from lmcache.v1.platform import resolve_device_ops
+from lmcache.v1.platform.cache_context import create_cache_context
+from lmcache.v1.platform.kv_wrap import wrap_kv_caches
+
+DEVICE = "{{ cookiecutter.device_name }}"
+PACKAGE = "{{ cookiecutter.__package }}"
+TORCH_MODULE = "{{ cookiecutter.__torch_module_name }}"
+
+#: Per-layer shapes of a cache context's layers (exportable: 64 KiB and more).
+POINTER_MODE_SHAPES = {"flash_nhd": (2, 32, BS, 2, 32), "mla": (32, BS, 64)}
+
+
+@pytest.mark.parametrize("layout", sorted(POINTER_MODE_SHAPES))
+def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  # type: ignore[no-untyped-def]
+    native, lmcache_driven, runtime, layout: str
+) -> None:
+    """The LMCache-driven server's call shape (a table of layer addresses, chunks in
+    the staging buffer) runs the kernels, D2H and H2D, with the baseline's bytes."""
+    # First Party
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        TransferDirection,
+    )
+
+    hints = {"kv_layout": "NHD"}
+    source = seeded_kv(POINTER_MODE_SHAPES[layout], seed=13)
+    expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+    kv = {name: t.to(DEVICE) for name, t in source.items()}
+    chunk = 2 * BS
+    context = create_cache_context(wrap_kv_caches(kv), chunk, hints)
+    staging = [context.get_temp_kernel_group_buffer(i, 0) for i in range(len(expected))]
+    ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
+    before = dict(native._calls)
+
+    def transfer(direction: TransferDirection) -> None:
+        resolve_device_ops(DEVICE).multi_layer_block_kv_transfer(
+            context.get_kernel_group_kv_pointers(0),
+            [buffer.data_ptr() for buffer in staging],
+            ids,
+            context.device,
+            direction,
+            context.get_shape_desc(0),
+            chunk,
+            context.get_engine_kv_format(0),
+            0,
+        )
+        runtime.synchronize()
+
+    transfer(TransferDirection.D2H)
+    got = [buffer.cpu().reshape(-1).view(torch.uint8) for buffer in staging]
+    want = [chunk_bytes.reshape(-1).view(torch.uint8) for chunk_bytes in expected]
+    assert all(same_bytes(g, w) for g, w in zip(got, want, strict=True))
+    for t in kv.values():
+        t.zero_()
+    transfer(TransferDirection.H2D)
+    back = {name: t.cpu() for name, t in kv.items()}
+    restored = gather_to_cpu(back, BLOCK_IDS, 2, layout_hints=hints)
+    assert all(same_bytes(r, e) for r, e in zip(restored, expected, strict=True))
+    context.close()
+    key = "multi_layer_block_kv_transfer:"
+    assert native._calls[key + "native"] == before.get(key + "native", 0) + 2
+    assert native._calls[key + "fallback"] == before.get(key + "fallback", 0)
+
+
+def test_a_device_block_id_outside_the_cache_fails_the_stream_not_the_bytes(  # type: ignore[no-untyped-def]
+    native, lmcache_driven, runtime
+) -> None:
+    """An id past the cache, read by the kernel on the device, fails the next
+    synchronization (a device's sticky error); no byte of the staging is written.
+    In a process of its own: as on a device, the error leaves the stream unusable."""
+    code = """
+import torch, lmcache
+from lmcache.v1.platform import resolve_device_ops
+from lmcache.v1.platform.cache_context import create_cache_context
+from lmcache.v1.platform.kv_wrap import wrap_kv_caches
+from PACKAGE._lmcache_compat import TransferDirection
+kv = dict((f"layer.{i}", torch.ones(SHAPE, dtype=torch.float16).to("DEVICE"))
+          for i in range(3))
+context = create_cache_context(wrap_kv_caches(kv), CHUNK, {"kv_layout": "NHD"})
+staging = context.get_temp_kernel_group_buffer(0, 0)
+staging.zero_()
+beyond = torch.tensor([3, 32], dtype=torch.long, device=context.device)
+resolve_device_ops("DEVICE").multi_layer_block_kv_transfer(
+    context.get_kernel_group_kv_pointers(0), [staging.data_ptr()], beyond,
+    context.device, TransferDirection.D2H, context.get_shape_desc(0), CHUNK,
+    context.get_engine_kv_format(0), 0)
+try:
+    torch.TORCH_MODULE.synchronize()
+except RuntimeError as exc:
+    print("raised:", exc)
+with torch.TORCH_MODULE.stream(torch.TORCH_MODULE.Stream()):  # not the failed one
+    print("written:", int(staging.view(torch.uint8).cpu().count_nonzero()))
+"""
+    for name, value in {
+        "PACKAGE": PACKAGE,
+        "DEVICE": DEVICE,
+        "TORCH_MODULE": TORCH_MODULE,
+        "SHAPE": str(POINTER_MODE_SHAPES["flash_nhd"]),
+        "CHUNK": str(2 * BS),
+    }.items():
+        code = code.replace(name, value)
+    done = run_python(code)
+    assert "raised:" in done.stdout, done.stderr[-3000:]
+    assert "block id 32 out of range" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "written: 0", done.stdout
