@@ -108,14 +108,15 @@ def matrix_session(session: nox.Session, combo: tuple[str, ...]) -> None:
 
 @nox.session(default=False, venv_backend="none")
 def bench(session: nox.Session) -> None:
-    """Op-level and end-to-end KV transfer figures: the sample device's native and baseline ops, LMCache's CPU path.
+    """KV transfer at scale, side by side in one run: native foo, LMCache's torch baseline on foo, LMCache's CPU path.
 
-    Prints a table, writes bench-results/bench.json and bench.png, and checks the targets. Not a
-    test: ratios are measured side by side in one run. Posargs go to benchmarks/transfer_bench.py.
+    Op level and end to end through real servers (1-64 chunks, 1-4 requests, TP 1-2, engine-driven
+    SHM and LMCache-driven); fails on a silent slow path or a missed target, with a py-spy profile.
+    Figures, bench.json and plots in bench-results/. Not a test. Posargs go to benchmarks/transfer_bench.py.
     """
     env = ReleaseEnv(NEWEST)
     env.ensure(session)
-    env.install(session, "matplotlib")
+    env.install(session, "matplotlib", "py-spy")
     work = Path(session.create_tmp()).resolve()
     project = render(session, env, work / "rendered", VARIANTS[REPRESENTATIVE])
     install_render(session, env, project)

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What ``nox -s bench`` measures, as data: geometry, setups, the sweep, the targets.
+
+Imports nothing but the standard library: the orchestrator, the op-level
+child and the report all read it.
+"""
+
+from __future__ import annotations
+
+# KV geometry of one TP=1 rank (a 7-8B model's per-layer shape, 8 of its layers):
+# fp16 K and V of 8 heads x 128 per token and layer, 256-token chunks.
+LAYERS, HEADS, HEAD_SIZE, BLOCK, CHUNK = 8, 8, 128, 16, 256
+CHUNK_BYTES = 2 * LAYERS * CHUNK * HEADS * HEAD_SIZE * 2  # 8 MiB
+#: Op level moves one 32 MiB request: four chunks.
+OP_CHUNKS = 4
+#: Token ids of request i start at first + i * PROMPT_STRIDE (a request has at most
+#: 64 chunks of 256 tokens; LMCache's wire packs token ids as uint32).
+PROMPT_STRIDE = 2**15
+
+NATIVE_ENV_VAR, EMULATOR_ENV_VAR, BACKEND_ENV_VAR = (
+    "LMCACHE_FOO_NATIVE",
+    "LMCACHE_FOO_EMULATOR",
+    "LMCACHE_DEVICE_BACKEND",
+)
+#: glibc keeps freed memory: no mmap for large blocks, no trimming, so LMCache's
+#: CPU temporaries reuse warm pages instead of paying page faults on every call.
+KEEP_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
+#: Each setup: (environment of the worker and the server, KV device). None removes.
+SETUPS: dict[str, tuple[dict[str, str | None], str]] = {
+    "native foo": ({EMULATOR_ENV_VAR: "1", BACKEND_ENV_VAR: "foo", NATIVE_ENV_VAR: "1"}, "foo"),
+    "baseline foo": ({EMULATOR_ENV_VAR: "1", BACKEND_ENV_VAR: "foo", NATIVE_ENV_VAR: "0"}, "foo"),
+    "cpu, default malloc": ({EMULATOR_ENV_VAR: "0", BACKEND_ENV_VAR: None}, "cpu"),
+    "cpu, glibc keeps memory": ({EMULATOR_ENV_VAR: "0", BACKEND_ENV_VAR: None, **KEEP_MEMORY}, "cpu"),
+}  # fmt: skip
+CPU_SETUPS = ("cpu, default malloc", "cpu, glibc keeps memory")
+#: Transfer mode -> (server's --supported-transfer-mode, worker's mode, SHM pool).
+MODES = {
+    "engine-driven SHM": ("engine_driven", "engine_driven", True),
+    "lmcache-driven": ("lmcache_driven", "lmcache_driven", False),
+}
+
+#: One dimension at a time around the base cell (4 chunks, 1 request, TP=1).
+BASE = {"chunks": 4, "concurrency": 1, "tp": 1}
+SWEEPS = {"chunks": [1, 4, 16, 64], "concurrency": [1, 2, 4], "tp": [1, 2]}
+#: Measured rounds per cell (after WARMUP uncounted ones), by chunks per request; the
+#: base cell (every target reads it) gets more. A cell stops early, after MIN_REPS,
+#: once it has measured for CELL_SECONDS (LMCache's baseline on foo is slow).
+REPS = {1: 12, 4: 10, 16: 6, 64: 4}
+BASE_REPS = 30
+MIN_REPS, CELL_SECONDS = 3, 6.0
+WARMUP = 1
+
+
+def reps(cell: dict[str, int]) -> int:
+    return BASE_REPS if cell == BASE else REPS.get(cell["chunks"], MIN_REPS)
+
+
+def cells(dimensions: list[str] | None = None) -> list[dict[str, int]]:
+    """Every distinct cell of the sweep (of ``dimensions``), the base cell once."""
+    out: list[dict[str, int]] = []
+    for dimension in dimensions or SWEEPS:
+        for value in SWEEPS[dimension]:
+            cell = {**BASE, dimension: value}
+            if cell not in out:
+                out.append(cell)
+    return out
+
+
+def cell_id(cell: dict[str, int]) -> str:
+    return f"{cell['chunks']} chunks x {cell['concurrency']} req, TP={cell['tp']}"
+
+
+#: Targets, all ratios measured in the same run (see _bench_report.targets).
+STORE_RETRIEVE_VS_CPU = 1.5  # native >= this x faster than the faster CPU regime
+WITHIN_MEMCPY = 3.0  # native time <= this x memcpy time of the same bytes
+OP_VS_MEMCPY = 0.75  # native gather/scatter bandwidth >= this x memcpy's
+E2E_64_VS_MEMCPY = 0.50  # 64-chunk throughput >= this x memcpy bandwidth
