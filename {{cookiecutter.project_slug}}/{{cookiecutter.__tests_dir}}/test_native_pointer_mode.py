@@ -48,9 +48,12 @@ def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  
     context = create_cache_context(wrap_kv_caches(kv), chunk, hints)
     staging = [context.get_temp_kernel_group_buffer(i, 0) for i in range(len(expected))]
     ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
-    before = dict(native._calls)
+    key = "multi_layer_block_kv_transfer:"
 
     def transfer(direction: TransferDirection) -> None:
+        # Counted around the call alone: on lmcache 0.5.4/0.5.5 the CPU helpers of
+        # this test reach these ops too (LMCache resolves them process-wide there).
+        before = dict(native._calls)
         resolve_device_ops(DEVICE).multi_layer_block_kv_transfer(
             context.get_kernel_group_kv_pointers(0),
             [buffer.data_ptr() for buffer in staging],
@@ -62,6 +65,8 @@ def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  
             context.get_engine_kv_format(0),
             0,
         )
+        assert native._calls[key + "native"] == before.get(key + "native", 0) + 1
+        assert native._calls[key + "fallback"] == before.get(key + "fallback", 0)
         runtime.synchronize()
 
     transfer(TransferDirection.D2H)
@@ -75,9 +80,6 @@ def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  
     restored = gather_to_cpu(back, BLOCK_IDS, 2, layout_hints=hints)
     assert all(same_bytes(r, e) for r, e in zip(restored, expected, strict=True))
     context.close()
-    key = "multi_layer_block_kv_transfer:"
-    assert native._calls[key + "native"] == before.get(key + "native", 0) + 2
-    assert native._calls[key + "fallback"] == before.get(key + "fallback", 0)
 
 
 def test_a_device_block_id_outside_the_cache_fails_the_stream_not_the_bytes(  # type: ignore[no-untyped-def]
