@@ -155,7 +155,7 @@ def print_tables(ops: dict, e2e: dict) -> None:
                       f"{t['p50_ms']:>10.1f}{t['p99_ms']:>8.1f}{t['gbps']:>7.2f}")  # fmt: skip
 
 
-def plot(e2e: dict, ops: dict, out: Path) -> list[Path]:
+def plot(e2e: dict, out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")

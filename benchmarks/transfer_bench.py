@@ -133,7 +133,7 @@ def main() -> int:
         print(f"  DEGRADED {finding}")
     written = [bench_report.write(args.out, ops, e2e, rows, found, note)]
     if complete:
-        written += bench_report.plot(e2e, ops, args.out)
+        written += bench_report.plot(e2e, args.out)
     print("\nwrote " + ", ".join(str(p) for p in written))
     missed = [row for row in rows if not row["met"]]
     if missed and not args.no_profile:
@@ -142,7 +142,8 @@ def main() -> int:
 
 
 def profile_missed(args: argparse.Namespace, missed: list[dict], progress: Progress) -> list[str]:
-    """Re-run the cells behind missed end-to-end targets under py-spy (workers and server)."""
+    """Re-run what is behind missed targets under py-spy: an end-to-end cell (server and
+    ranks), or the op-level benchmark."""
     import bench_profile
 
     return bench_profile.profile(args, missed, child_env, progress)
