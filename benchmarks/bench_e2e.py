@@ -1,13 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """End-to-end cells of ``nox -s bench``: real ``lmcache server`` processes, worker ranks.
 
-Per (setup, transfer mode) one server (its log in the log directory), and per TP
-size one set of ``bench_worker.py`` ranks kept alive over its cells, as a serving
-engine's are. Each measured round: empty the server's cache (so a store reuses
-pool memory instead of waiting for eviction), store ``concurrency`` requests at
-once on every rank, look each up with the scheduler, retrieve them at once. A
-request's latency is the slowest rank's; the first measured round of each cell
-compares the retrieved bytes.
+Per transfer mode, every setup side by side: one server per setup (its log in
+the log directory) and, per TP size, one set of ``bench_worker.py`` ranks per
+setup kept alive over its cells, as a serving engine's are. A cell's rounds
+take the setups in turn (the order rotating every round), with a host memcpy
+of the base cell's bytes timed in its steady state after each round, so that a drift of the machine
+during the run moves every figure a target compares alike (idle servers cost
+about 1 % of a core each). Each round of a setup: empty its server's cache (so
+a store reuses pool memory instead of waiting for eviction), store
+``concurrency`` requests at once on every rank, look each up with the
+scheduler, retrieve them at once. A request's latency is the slowest rank's;
+the first measured round of each cell compares the retrieved bytes.
 
 Uses the rendered project's own harness (``tests/_servers.py``,
 ``tests/_scheduler.py``), so servers start as the conformance suite starts them.
@@ -21,12 +25,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 
 from bench_plan import (
-    BLOCK, CELL_SECONDS, CHUNK, CHUNK_BYTES, HEAD_SIZE, HEADS, LAYERS, MIN_REPS, MODES, PROMPT_STRIDE, SETUPS,
-    WARMUP, cell_id, reps,
+    BLOCK, CELL_SECONDS, CHUNK, CHUNK_BYTES, HEAD_SIZE, HEADS, LAYERS, MIN_REPS, MODES, OP_CHUNKS, PROMPT_STRIDE,
+    SETUPS, WARMUP, cell_id, reps,
 )  # fmt: skip
 
 WORKER = Path(__file__).with_name("bench_worker.py")
@@ -74,99 +78,172 @@ def clear_cache(http_port: int) -> None:
 
 
 def run_mode(
-    project: Path, package: str, setup: str, mode: str, cells: list[dict[str, int]], log_dir: Path,
+    project: Path, package: str, setups: list[str], mode: str, cells: list[dict[str, int]], log_dir: Path,
     child_env: Callable[[dict], dict[str, str]], progress: Callable[[str], None],
     profile: Callable[[dict[str, int]], AbstractContextManager[list[Path]]] | None = None,
-) -> tuple[dict[str, dict], dict, list[Path]]:  # fmt: skip
-    """All cells of one (setup, mode): {cell id: samples}; what the ranks and the
-    server said of the paths they took ({"ranks": [...], "server_log": path, ...});
-    with ``profile`` (pids by role -> a sampler), the profiles it wrote."""
+) -> tuple[dict[str, dict[str, dict]], dict[str, list[float]], dict[str, dict], list[Path]]:  # fmt: skip
+    """All cells of one transfer mode, ``setups`` side by side: ({setup: {cell id:
+    samples}}, {cell id: memcpy samples}, what each setup's ranks and server said of
+    the paths they took ({setup: {"ranks": [...], "server_log": path, ...}}); with
+    ``profile`` (pids by role -> a sampler; one setup), the profiles it wrote."""
     if str(project / "tests") not in sys.path:
         sys.path.insert(0, str(project / "tests"))
     from _scheduler import Scheduler
     from _servers import running_server
 
-    overrides, device = SETUPS[setup]
     server_mode, worker_mode, shm = MODES[mode]
-    slug = f"{setup}-{mode}".replace(" ", "_").replace(",", "")
-    env = child_env({**overrides, "OMP_NUM_THREADS": "1"})
     largest = max(c["chunks"] * c["concurrency"] for c in cells)
-    results: dict[str, dict] = {}
-    paths: dict = {"ranks": [], "server_log": str(log_dir / f"server-{slug}.log"), "rank_logs": []}
+    results: dict[str, dict[str, dict]] = {setup: {} for setup in setups}
+    copies: dict[str, list[float]] = {}
+    paths: dict[str, dict] = {}
     profiles: list[Path] = []
-    with running_server(
-        log_dir / f"server-{slug}.log", transfer_mode=server_mode, shm_name=f"bench_{slug}"[:40] if shm else None,
-        chunk_size=CHUNK, env={**overrides, "LMCACHE_LOG_LEVEL": None},
-        l1_size_gb=2 * largest * CHUNK_BYTES / 2**30 + 0.5, wait_stop=True,
-    ) as server:  # fmt: skip
+    memcpy = memcpy_timer()
+    with ExitStack() as servers:
+        started = {}
+        for setup in setups:
+            overrides, _ = SETUPS[setup]
+            slug = f"{setup}-{mode}".replace(" ", "_").replace(",", "")
+            paths[setup] = {"ranks": [], "server_log": str(log_dir / f"server-{slug}.log"), "rank_logs": []}
+            started[setup] = servers.enter_context(running_server(
+                log_dir / f"server-{slug}.log", transfer_mode=server_mode, shm_name=f"bench_{slug}"[:40] if shm else None,
+                chunk_size=CHUNK, env={**overrides, "LMCACHE_LOG_LEVEL": None},
+                l1_size_gb=2 * largest * CHUNK_BYTES / 2**30 + 0.5, wait_stop=True,
+            ))  # fmt: skip
         for tp in sorted({c["tp"] for c in cells}):
             group = [c for c in cells if c["tp"] == tp]
-            model = f"bench-{slug}-tp{tp}"
             most = max(c["chunks"] * c["concurrency"] for c in group)
-            ranks = []
-            for rank in range(tp):
-                log = log_dir / f"rank{rank}-tp{tp}-{slug}.log"
-                paths["rank_logs"].append(str(log))
-                argv = [sys.executable, str(WORKER), "--url", server.url, "--model", model, "--mode", worker_mode,
-                        "--device", device, "--rank", str(rank), "--world-size", str(tp), "--layers", str(LAYERS),
-                        "--heads", str(HEADS // tp), "--head-size", str(HEAD_SIZE), "--block-size", str(BLOCK),
-                        "--chunk", str(CHUNK), "--max-chunks", str(most), "--package", package]  # fmt: skip
-                ranks.append(Rank(argv, env, log))
-            scheduler = Scheduler(server.url, model, tp, BLOCK, mq_timeout=60.0)
-            pids = {"server": server.process.pid, **{f"rank{i}": r.process.pid for i, r in enumerate(ranks)}}
+            lanes: list[Lane] = []
             try:
+                for setup in setups:
+                    overrides, device = SETUPS[setup]
+                    slug = f"{setup}-{mode}".replace(" ", "_").replace(",", "")
+                    server, model = started[setup], f"bench-{slug}-tp{tp}"
+                    env = child_env({**overrides, "OMP_NUM_THREADS": "1"})
+                    lane = Lane(setup, server, Scheduler(server.url, model, tp, BLOCK, mq_timeout=60.0))
+                    lanes.append(lane)
+                    for rank in range(tp):
+                        log = log_dir / f"rank{rank}-tp{tp}-{slug}.log"
+                        paths[setup]["rank_logs"].append(str(log))
+                        argv = [sys.executable, str(WORKER), "--url", server.url, "--model", model, "--mode",
+                                worker_mode, "--device", device, "--rank", str(rank), "--world-size", str(tp),
+                                "--layers", str(LAYERS), "--heads", str(HEADS // tp), "--head-size", str(HEAD_SIZE),
+                                "--block-size", str(BLOCK), "--chunk", str(CHUNK), "--max-chunks", str(most),
+                                "--package", package]  # fmt: skip
+                        lane.ranks.append(Rank(argv, env, log))
+                pids = {"server": lanes[0].server.process.pid}
+                pids.update({f"rank{i}": r.process.pid for i, r in enumerate(lanes[0].ranks)})
                 with profile(pids) if profile else nullcontext([]) as written:
                     for cell in group:
-                        progress(f"{setup} / {mode} / {cell_id(cell)}")
-                        results[cell_id(cell)] = run_cell(server, scheduler, ranks, cell)
+                        progress(f"{mode} / {cell_id(cell)} / {len(lanes)} setup(s) in turn")
+                        copies[cell_id(cell)] = run_cell(lanes, cell, memcpy)
+                        for lane in lanes:
+                            results[lane.setup][cell_id(cell)] = lane.samples
                 profiles += written
-                for rank in ranks:
-                    rank.send("paths")
-                    paths["ranks"].append({"tp": tp, **rank.expect("transfer_context")})
+                for lane in lanes:
+                    for rank in lane.ranks:
+                        rank.send("paths")
+                        paths[lane.setup]["ranks"].append({"tp": tp, **rank.expect("transfer_context")})
             finally:
-                scheduler.close()
-                for rank in ranks:
-                    rank.close()
-    return results, paths, profiles
+                for lane in lanes:
+                    lane.close()
+    return results, copies, paths, profiles
+
+
+def memcpy_timer(calls: int = 16, kept: int = 4) -> Callable[[], list[float]]:
+    """The yardstick, timed in the cells' rounds: ``calls`` host memcpys of the base
+    cell's bytes back to back between two warm buffers, the last ``kept`` counted.
+    After a round a memcpy needs about ten calls to reach its steady state (here
+    5 ms for the first, 2.7 ms from the tenth on); the yardstick is that steady
+    state, as at op level, not a memcpy slowed by what ran before it."""
+    import torch
+
+    torch.set_num_threads(1)
+    src = torch.empty(OP_CHUNKS * CHUNK_BYTES, dtype=torch.uint8).fill_(1)
+    dst = torch.empty_like(src).fill_(2)
+
+    def run() -> list[float]:
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            dst.copy_(src)
+            times.append(time.perf_counter() - start)
+        return times[-kept:]
+
+    return run
 
 
 _round = iter(range(1, 10**6))
 
 
-def run_cell(server, scheduler, ranks: list[Rank], cell: dict[str, int]) -> dict:  # type: ignore[no-untyped-def]
-    chunks, concurrency = cell["chunks"], cell["concurrency"]
-    tokens = chunks * CHUNK
-    samples: dict = {"store": [], "retrieve": [], "store_wall": [], "retrieve_wall": [], "bytes_match": None}
-    measured_from = None
-    for rep in range(WARMUP + reps(cell)):
-        if rep == WARMUP:
-            measured_from = time.monotonic()
-        elif measured_from and rep - WARMUP >= MIN_REPS and time.monotonic() - measured_from > CELL_SECONDS:
-            break
+class Lane:
+    """One setup in a transfer mode: its server, its ranks for one TP size, its
+    scheduler, and the samples of the cell being measured."""
+
+    def __init__(self, setup: str, server, scheduler) -> None:  # type: ignore[no-untyped-def]
+        self.setup, self.server, self.scheduler = setup, server, scheduler
+        self.ranks: list[Rank] = []
+        self.samples: dict = {}
+        self.spent = 0.0
+
+    def start_cell(self) -> None:
+        self.samples = {"store": [], "retrieve": [], "store_wall": [], "retrieve_wall": [], "bytes_match": None}
+        self.spent = 0.0
+
+    def round(self, cell: dict[str, int], measured: bool, check: bool) -> None:
+        """Store ``concurrency`` requests, look them up, retrieve them; a measured round
+        adds its latencies and walls to the samples and its duration to ``spent``."""
+        chunks, concurrency = cell["chunks"], cell["concurrency"]
+        tokens = chunks * CHUNK
+        began = time.monotonic()
         first = next(_round) * 4 * PROMPT_STRIDE
-        clear_cache(server.http_port)
-        for rank in ranks:
+        clear_cache(self.server.http_port)
+        for rank in self.ranks:
             rank.send(f"store {first} {chunks} {concurrency}")
-        stored = [rank.expect("latencies") for rank in ranks]
-        assert all(s["ok"] for s in stored), f"{cell_id(cell)}: a store failed"
+        stored = [rank.expect("latencies") for rank in self.ranks]
+        assert all(s["ok"] for s in stored), f"{self.setup} / {cell_id(cell)}: a store failed"
         ids = []
         for request in range(concurrency):
             start = first + request * PROMPT_STRIDE
             prompt = list(range(start, start + tokens))
-            request_id, hit = scheduler.lookup_until(f"r{first}-{request}", prompt, tokens, timeout=60)
-            assert hit == tokens, f"{cell_id(cell)}: lookup found {hit} of {tokens} tokens (store dropped?)"
+            request_id, hit = self.scheduler.lookup_until(f"r{first}-{request}", prompt, tokens, timeout=60)
+            assert hit == tokens, f"{self.setup} / {cell_id(cell)}: lookup found {hit} of {tokens} tokens (store dropped?)"
             ids.append(request_id)
-        check = rep == WARMUP
-        for rank in ranks:
+        for rank in self.ranks:
             rank.send(f"retrieve {first} {chunks} {' '.join(ids)}" + (" check" if check else ""))
-        retrieved = [rank.expect("latencies") for rank in ranks]
+        retrieved = [rank.expect("latencies") for rank in self.ranks]
         for request_id in ids:
-            scheduler.end_session(request_id)
-        assert all(r["ok"] for r in retrieved), f"{cell_id(cell)}: a retrieve failed"
+            self.scheduler.end_session(request_id)
+        assert all(r["ok"] for r in retrieved), f"{self.setup} / {cell_id(cell)}: a retrieve failed"
         if check:
-            samples["bytes_match"] = all(r["bytes_match"] for r in retrieved)
-        if rep >= WARMUP:
+            self.samples["bytes_match"] = all(r["bytes_match"] for r in retrieved)
+        if measured:
             for kind, got in (("store", stored), ("retrieve", retrieved)):
-                samples[kind] += [max(rank["latencies"][i] for rank in got) for i in range(concurrency)]
-                samples[f"{kind}_wall"].append(max(rank["wall"] for rank in got))
-    return samples
+                self.samples[kind] += [max(rank["latencies"][i] for rank in got) for i in range(concurrency)]
+                self.samples[f"{kind}_wall"].append(max(rank["wall"] for rank in got))
+            self.spent += time.monotonic() - began
+
+    def close(self) -> None:
+        self.scheduler.close()
+        for rank in self.ranks:
+            rank.close()
+
+
+def run_cell(lanes: list, cell: dict[str, int], memcpy: Callable[[], list[float]]) -> list[float]:
+    """One cell, the lanes' rounds in turn, the order rotating every round (no setup
+    always follows the slow one); a memcpy timed after each measured round. A lane
+    stops after MIN_REPS measured rounds once they took CELL_SECONDS (LMCache's
+    baseline on foo is slow), the others go on. Returns the memcpy samples."""
+    for lane in lanes:
+        lane.start_cell()
+    copies: list[float] = []
+    active = list(lanes)
+    for rep in range(WARMUP + reps(cell)):
+        turn = rep % len(active)
+        for lane in active[turn:] + active[:turn]:
+            lane.round(cell, measured=rep >= WARMUP, check=rep == WARMUP)
+        if rep >= WARMUP:
+            copies += memcpy()
+        active = [lane for lane in active if rep + 1 - WARMUP < MIN_REPS or lane.spent <= CELL_SECONDS]
+        if not active:
+            break
+    return copies

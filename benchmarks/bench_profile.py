@@ -102,8 +102,8 @@ def profile(args, missed: list[dict], child_env, progress) -> list[str]:  # type
             paths = [path]
         else:
             chosen = {**BASE, "chunks": int(cell.split()[0])}
-            paths = bench_e2e.run_mode(args.project, args.package, "native foo", mode, [chosen], args.out / "logs",
-                                       child_env, progress, profile=lambda pids, tag=tag: sampling(pids, out, tag))[2]  # fmt: skip
+            paths = bench_e2e.run_mode(args.project, args.package, ["native foo"], mode, [chosen], args.out / "logs",
+                                       child_env, progress, profile=lambda pids, tag=tag: sampling(pids, out, tag))[3]  # fmt: skip
         for path in paths:
             if path.exists():
                 print(f"\n  where the time goes: {path}")

@@ -10,7 +10,8 @@ Measures in one run on one machine, side by side (bench_plan.py holds the plan):
 * end to end through real ``lmcache server`` processes: store and retrieve per
   setup and transfer mode (engine-driven SHM, LMCache-driven), sweeping the
   prompt (1-64 chunks), concurrent requests (1-4) and TP (1, 2) one at a time;
-  p50/p99 latency and GB/s.
+  p50/p99 latency and GB/s. The setups of a mode run side by side, their rounds
+  in turn, with the memcpy yardstick timed between rounds (bench_e2e.py).
 
 Then it checks that nothing took a silent slow path (bench_paths.py), prints
 the tables and every target as met or missed, and writes bench.json, one plot
@@ -109,21 +110,25 @@ def main() -> int:
     found = op_findings(ops)
     e2e: dict = {}
     plan = cells(args.dimensions)
-    for setup in args.setups:
-        for mode in args.modes:
-            samples, paths, _ = bench_e2e.run_mode(args.project, args.package, setup, mode, plan, logs, child_env, progress)
+    copies: dict = {}
+    for mode in args.modes:
+        samples, copies[mode], paths, _ = bench_e2e.run_mode(
+            args.project, args.package, args.setups, mode, plan, logs, child_env, progress
+        )
+        for setup in args.setups:
             e2e.setdefault(setup, {})[mode] = {
-                cell_id(c): bench_report.summarize(c, samples[cell_id(c)]) for c in plan
+                cell_id(c): bench_report.summarize(c, samples[setup][cell_id(c)]) for c in plan
             }
-            texts = {p: Path(p).read_text(errors="replace") for p in (paths["server_log"], *paths["rank_logs"])}
-            found += bench_paths.findings(setup, mode, paths, texts, mark)
+            logged = (paths[setup]["server_log"], *paths[setup]["rank_logs"])
+            texts = {p: Path(p).read_text(errors="replace") for p in logged}
+            found += bench_paths.findings(setup, mode, paths[setup], texts, mark)
             found += [f"{setup} / {mode} / {c}: retrieved bytes differ"
                       for c, r in e2e[setup][mode].items() if r["bytes_match"] is False]  # fmt: skip
     progress("done measuring")
-    bench_report.print_tables(ops, e2e)
+    bench_report.print_tables(ops, e2e, copies)
     note = bench_report.regime_note(ops, e2e) if complete else ""
     print(f"\n{note}")
-    rows = bench_report.targets(ops, e2e) if complete else []
+    rows = bench_report.targets(ops, e2e, copies) if complete else []
     print("\nTargets (ratios of figures of this run)")
     for row in rows:
         print(f"  {row['verdict']:<20} {row['name']}: {row['ratio']:.2f} "
@@ -131,7 +136,7 @@ def main() -> int:
     print("\nSlow paths: " + ("none: every process took the path its setup asks for" if not found else ""))
     for finding in found:
         print(f"  DEGRADED {finding}")
-    written = [bench_report.write(args.out, ops, e2e, rows, found, note)]
+    written = [bench_report.write(args.out, ops, e2e, copies, rows, found, note)]
     if complete:
         written += bench_report.plot(e2e, args.out)
     print("\nwrote " + ", ".join(str(p) for p in written))

@@ -104,3 +104,68 @@ def test_a_ratio_within_the_runs_noise_of_its_limit_is_a_miss_not_a_coin_toss() 
     assert across["ratio"] >= 1.4 and bench_report.verdict(across) == "MISS (within noise)"
     assert bench_report.verdict({**clear, "limit": 2.0}) == "MISS"
     assert bench_report.interval(slow, noisy) == bench_report.interval(slow, noisy)
+
+
+class FakeLane:
+    """A setup's lane without a server: records its turns; ``seconds`` per measured round."""
+
+    def __init__(self, setup: str, turns: list[str], seconds: float) -> None:
+        self.setup, self.turns, self.seconds = setup, turns, seconds
+        self.spent, self.measured, self.checked = 0.0, 0, 0
+
+    def start_cell(self) -> None:
+        self.spent, self.measured, self.checked = 0.0, 0, 0
+
+    def round(self, cell: dict, measured: bool, check: bool) -> None:
+        self.turns.append(self.setup)
+        self.checked += check
+        if measured:
+            self.measured += 1
+            self.spent += self.seconds
+
+
+def test_the_setups_of_a_cell_take_turns_each_round_and_a_slow_one_stops_alone() -> None:
+    """Side by side: a drift during the cell moves every setup alike, none always follows
+    another, and LMCache's slow baseline leaves after its minimum without cutting the rest."""
+    import bench_e2e
+
+    turns: list[str] = []
+    fast = [FakeLane(name, turns, 0.01) for name in ("a", "b")]
+    slow = FakeLane("slow", turns, bench_plan.CELL_SECONDS)
+    cell = {**bench_plan.BASE, "chunks": 16}
+    copies = bench_e2e.run_cell([*fast, slow], cell, lambda: [0.001, 0.002])
+    assert turns[:9] == ["a", "b", "slow", "b", "slow", "a", "slow", "a", "b"]
+    assert slow.measured == bench_plan.MIN_REPS
+    assert [lane.measured for lane in fast] == [bench_plan.reps(cell)] * 2
+    assert [lane.checked for lane in (*fast, slow)] == [1, 1, 1], "the first measured round compares bytes"
+    assert len(copies) == 2 * bench_plan.reps(cell), "a memcpy after every measured round"
+
+
+def synthetic_run(native_ms: float, cpu_ms: float, cell_memcpy_ms: float, op_memcpy_ms: float) -> tuple:
+    """ops, e2e and cell memcpys of a complete run whose every sample is the same."""
+    cells = [bench_plan.BASE, {**bench_plan.BASE, "chunks": max(bench_plan.SWEEPS["chunks"])}]
+
+    def summary(ms: float) -> dict:
+        samples = {kind: [ms / 1e3] * 10 for kind in ("store", "retrieve", "store_wall", "retrieve_wall")}
+        return {bench_plan.cell_id(c): bench_report.summarize(c, {**samples, "bytes_match": True}) for c in cells}
+
+    times = {"gather": [0.004] * 10, "scatter": [0.004] * 10, "memcpy": [op_memcpy_ms / 1e3] * 10}
+    ops = {"native foo": {"times": times}}
+    e2e = {setup: {mode: summary(native_ms if setup == "native foo" else cpu_ms) for mode in bench_plan.MODES}
+           for setup in ("native foo", *bench_plan.CPU_SETUPS)}  # fmt: skip
+    copies = {mode: {bench_plan.cell_id(c): [cell_memcpy_ms / 1e3] * 10 for c in cells} for mode in bench_plan.MODES}
+    return ops, e2e, copies
+
+
+def test_an_end_to_end_target_reads_the_memcpy_timed_in_its_own_cells_rounds() -> None:
+    """The yardstick of an end-to-end target is timed alongside it, not minutes earlier at op
+    level: a drift between the two must not move the verdict."""
+    rows = {r["name"]: r for r in bench_report.targets(*synthetic_run(10.0, 20.0, 3.0, 6.0))}
+    within = next(r for name, r in rows.items() if name.startswith("lmcache-driven store") and "memcpy time" in name)
+    assert within["ratio"] == pytest.approx(3 * 3.0 / 10.0) and not within["met"]
+    vs_cpu = next(r for name, r in rows.items() if name.startswith("lmcache-driven store") and "/ native foo" in name)
+    assert vs_cpu["ratio"] == pytest.approx(2.0) and vs_cpu["met"]
+    big = next(r for name, r in rows.items() if "64 chunks" in name and name.startswith("engine-driven SHM retrieve"))
+    assert big["ratio"] == pytest.approx(3.0 * 16 / 10.0)
+    gather = next(r for name, r in rows.items() if "native gather" in name)
+    assert gather["ratio"] == pytest.approx(6.0 / 4.0), "op level keeps the memcpy timed among its ops"
