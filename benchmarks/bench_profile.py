@@ -62,7 +62,9 @@ def where(stack: str) -> str | None:
     python = [f for f in frames if ".py:" in f and not any(w in f for w in WAITING)]
     if python:
         leaf = python[-1]
-        return None if leaf.startswith(("main (bench_worker.py", "<module>")) else leaf
+        # The benchmark's own frames (a rank waiting for its requests' completions,
+        # comparing bytes, reporting) are not the transfer's.
+        return None if "(bench_worker.py:" in leaf or leaf.startswith("<module>") else leaf
     named = [f for f in frames[1:] if not f.startswith("0x")]
     return named[-1] if named else None
 

@@ -169,3 +169,18 @@ def test_an_end_to_end_target_reads_the_memcpy_timed_in_its_own_cells_rounds() -
     assert big["ratio"] == pytest.approx(3.0 * 16 / 10.0)
     gather = next(r for name, r in rows.items() if "native gather" in name)
     assert gather["ratio"] == pytest.approx(6.0 / 4.0), "op level keeps the memcpy timed among its ops"
+
+
+def test_a_profile_charges_samples_to_the_transfer_not_to_the_benchmarks_own_waits(tmp_path: Path) -> None:
+    import bench_profile
+
+    wait = "_bootstrap (threading.py:1012);main (bench_worker.py:190);run (bench_worker.py:117);join (threading.py:1119)"
+    server = "_bootstrap (threading.py:1012);wait (lmcache/v1/multiprocess/futures.py:86)"
+    kernel = "0x7f00;start_thread (libc.so.6);block_copy_device_ids (_kernels.so)"
+    idle = "0x7f00;start_thread (libc.so.6);worker_loop (emulator.so);pthread_cond_wait (libc.so.6)"
+    path = tmp_path / "rank0.txt"
+    path.write_text(f"{wait} 700\n{server} 200\n{kernel} 100\n{idle} 5000\n")
+    assert bench_profile.top_frames(path) == [
+        "66.7% wait (lmcache/v1/multiprocess/futures.py:86)",
+        "33.3% block_copy_device_ids (_kernels.so)",
+    ]
