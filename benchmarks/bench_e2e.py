@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bench_plan import (
     BLOCK, CELL_SECONDS, CHUNK, CHUNK_BYTES, HEAD_SIZE, HEADS, LAYERS, MIN_REPS, MODES, OP_CHUNKS, PROMPT_STRIDE,
-    SETUPS, WARMUP, cell_id, reps,
+    SETTLE, SETUPS, WARMUP, cell_id, reps,
 )  # fmt: skip
 
 WORKER = Path(__file__).with_name("bench_worker.py")
@@ -149,11 +149,10 @@ def run_mode(
     return results, copies, paths, profiles
 
 
-def memcpy_timer(calls: int = 16, kept: int = 4) -> Callable[[], list[float]]:
-    """The yardstick, timed in the cells' rounds: ``calls`` host memcpys of the base
-    cell's bytes back to back between two warm buffers, the last ``kept`` counted.
-    After a round a memcpy needs about ten calls to reach its steady state (here
-    5 ms for the first, 2.7 ms from the tenth on); the yardstick is that steady
+def memcpy_timer(kept: int = 4) -> Callable[[], list[float]]:
+    """The yardstick, timed in the cells' rounds: host memcpys of the base cell's bytes
+    back to back between two warm buffers, ``kept`` counted after SETTLE uncounted
+    (after a round the first takes about 5 ms here, the tenth 2.7 ms): the steady
     state, as at op level, not a memcpy slowed by what ran before it."""
     import torch
 
@@ -163,11 +162,11 @@ def memcpy_timer(calls: int = 16, kept: int = 4) -> Callable[[], list[float]]:
 
     def run() -> list[float]:
         times = []
-        for _ in range(calls):
+        for _ in range(SETTLE + kept):
             start = time.perf_counter()
             dst.copy_(src)
             times.append(time.perf_counter() - start)
-        return times[-kept:]
+        return times[SETTLE:]
 
     return run
 

@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-from bench_plan import BLOCK, CHUNK, HEAD_SIZE, HEADS, LAYERS, OP_CHUNKS
+from bench_plan import BLOCK, CHUNK, HEAD_SIZE, HEADS, LAYERS, OP_CHUNKS, SETTLE
 
 
 def measure(reps: int, package: str, device: str) -> dict:
@@ -56,15 +56,15 @@ def measure(reps: int, package: str, device: str) -> dict:
 
     ops = {"gather": gather, "scatter": scatter, "memcpy": lambda: dst.copy_(src)}
     # Each op back to back in its steady state (its buffers warm, as in a serving
-    # loop), in blocks taken in turn, so that a drift of the machine moves all three
-    # alike; the first call of each op in a block is not counted.
-    rounds = 5
+    # loop: the first SETTLE calls of a block are not counted), in blocks taken in
+    # turn, so that a drift of the machine moves all three alike.
+    rounds = 3
     for _ in range(rounds):
         for name, op in ops.items():
-            for call in range(-(-reps // rounds) + 1):
+            for call in range(SETTLE + -(-reps // rounds)):
                 start = time.perf_counter()
                 op()
-                if call:
+                if call >= SETTLE:
                     times[name].append(time.perf_counter() - start)
     native = sys.modules.get(f"{package}.native_ops")
     support = sys.modules.get(f"{package}._ops_support")

@@ -13,6 +13,15 @@ LAYERS, HEADS, HEAD_SIZE, BLOCK, CHUNK = 8, 8, 128, 16, 256
 CHUNK_BYTES = 2 * LAYERS * CHUNK * HEADS * HEAD_SIZE * 2  # 8 MiB
 #: Op level moves one 32 MiB request: four chunks.
 OP_CHUNKS = 4
+#: Op-level processes per setup, the setups' taken in turn: the same op's figures
+#: differ by up to 10 % from one process to the next (where its buffers landed), more
+#: than between the calls of one process, so an op-level target's interval spans processes.
+OP_PROCESSES = 3
+#: Calls an op (or the memcpy) needs back to back to reach its steady state after
+#: something else ran: here the first takes about twice the steady time and the
+#: tenth is steady. Those calls are not counted (op level, and the memcpy yardstick
+#: timed in the end-to-end rounds).
+SETTLE = 10
 #: Token ids of request i start at first + i * PROMPT_STRIDE (a request has at most
 #: 64 chunks of 256 tokens; LMCache's wire packs token ids as uint32).
 PROMPT_STRIDE = 2**15

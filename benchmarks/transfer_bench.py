@@ -6,7 +6,8 @@ Measures in one run on one machine, side by side (bench_plan.py holds the plan):
 * op level: gather (D2H) and scatter (H2D) of one request through LMCache's
   engine-driven call sites, per setup (native foo, LMCache's torch baseline on
   foo, LMCache's CPU path with glibc's default allocator and with glibc keeping
-  freed memory), and a host memcpy of the same bytes;
+  freed memory), and a host memcpy of the same bytes, in OP_PROCESSES
+  processes per setup;
 * end to end through real ``lmcache server`` processes: store and retrieve per
   setup and transfer mode (engine-driven SHM, LMCache-driven), sweeping the
   prompt (1-64 chunks), concurrent requests (1-4) and TP (1, 2) one at a time;
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_e2e  # noqa: E402
 import bench_paths  # noqa: E402
 import bench_report  # noqa: E402
-from bench_plan import MODES, SETUPS, SWEEPS, cell_id, cells  # noqa: E402
+from bench_plan import MODES, OP_PROCESSES, SETUPS, SWEEPS, cell_id, cells  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 #: The environment of every process the benchmark starts (they log to files).
@@ -65,17 +66,31 @@ class Progress:
 
 
 def run_ops(reps: int, package: str, setups: list[str], progress: Progress) -> dict:
-    results = {}
-    for setup in setups:
-        overrides, device = SETUPS[setup]
-        progress(f"op level / {setup}")
-        done = subprocess.run(
-            [sys.executable, str(HERE / "bench_ops.py"), str(reps), package, device],
-            env=child_env(overrides), capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise SystemExit(f"op benchmark {setup!r} failed:\n{done.stderr[-4000:]}")
-        results[setup] = json.loads(done.stdout.strip().splitlines()[-1])
+    """Each setup's op level in OP_PROCESSES processes, the setups in turn, ``reps``
+    calls per op in all: {setup: report with every call's times and, under
+    "processes", each process's}."""
+    results: dict = {}
+    for run in range(OP_PROCESSES):
+        for setup in setups:
+            overrides, device = SETUPS[setup]
+            progress(f"op level / {setup} ({run + 1}/{OP_PROCESSES})")
+            done = subprocess.run(
+                [sys.executable, str(HERE / "bench_ops.py"), str(-(-reps // OP_PROCESSES)), package, device],
+                env=child_env(overrides), capture_output=True, text=True, timeout=900,
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise SystemExit(f"op benchmark {setup!r} failed:\n{done.stderr[-4000:]}")
+            report = json.loads(done.stdout.strip().splitlines()[-1])
+            merged = results.setdefault(setup, {**report, "times": {}, "processes": [], "native_calls": {},
+                                                "slow_paths": {}})  # fmt: skip
+            merged["processes"].append(report["times"])
+            for op, times in report["times"].items():
+                merged["times"].setdefault(op, []).extend(times)
+            for key in ("native_calls", "slow_paths"):
+                for name, count in report[key].items():
+                    merged[key][name] = merged[key].get(name, 0) + count
+            if report["native_bound"] != merged["native_bound"]:
+                merged["native_bound"] = False  # bound in some processes only: degraded
     return results
 
 

@@ -150,7 +150,7 @@ def synthetic_run(native_ms: float, cpu_ms: float, cell_memcpy_ms: float, op_mem
         return {bench_plan.cell_id(c): bench_report.summarize(c, {**samples, "bytes_match": True}) for c in cells}
 
     times = {"gather": [0.004] * 10, "scatter": [0.004] * 10, "memcpy": [op_memcpy_ms / 1e3] * 10}
-    ops = {"native foo": {"times": times}}
+    ops = {"native foo": {"times": times, "processes": [times, times]}}
     e2e = {setup: {mode: summary(native_ms if setup == "native foo" else cpu_ms) for mode in bench_plan.MODES}
            for setup in ("native foo", *bench_plan.CPU_SETUPS)}  # fmt: skip
     copies = {mode: {bench_plan.cell_id(c): [cell_memcpy_ms / 1e3] * 10 for c in cells} for mode in bench_plan.MODES}
@@ -184,3 +184,16 @@ def test_a_profile_charges_samples_to_the_transfer_not_to_the_benchmarks_own_wai
         "66.7% wait (lmcache/v1/multiprocess/futures.py:86)",
         "33.3% block_copy_device_ids (_kernels.so)",
     ]
+
+
+def test_an_op_level_interval_spans_the_spread_between_processes_not_only_between_calls() -> None:
+    """Each process's calls agree closely, but one process runs 10 % slower (where its
+    buffers landed): a ratio near the limit must not read as met from one lucky process."""
+    memcpy = [2.5 + 0.01 * (i % 3) for i in range(30)]
+    pairs = [(memcpy, [3.1 + 0.01 * (i % 3) for i in range(30)]), (memcpy, [3.2 + 0.01 * (i % 3) for i in range(30)]),
+             (memcpy, [3.5 + 0.01 * (i % 3) for i in range(30)])]  # fmt: skip
+    ratio, low, high = bench_report.process_interval(pairs)
+    assert low < 2.5 / 3.4 < 0.75 < high, "the slow process's ratio is inside the interval"
+    pooled = bench_report.interval([x for a, _ in pairs for x in a], [x for _, b in pairs for x in b])
+    assert pooled[1] > 0.75, "pooled calls alone would have called the target met"
+    assert bench_report.verdict({"limit": 0.75, "ratio": ratio, "low": low, "high": high}) == "MISS (within noise)"
