@@ -46,7 +46,7 @@ def sampling(pids: dict[str, int], out: Path, tag: str):  # type: ignore[no-unty
 #: Frames of threads waiting for work (poll loops, idle pools, a rank reading its next
 #: command): their samples say nothing about a transfer.
 IDLE = ("PeriodicThread._run_loop", "ClientPollingLoop._main_loop", "_queue_SimpleQueue_get",
-        "condition_variable", "pthread_cond_wait", "Poller.poll", "zmq_poll", "epoll_wait",
+        "condition_variable", "pthread_cond_wait", "pthread_cond_timedwait", "Poller.poll", "zmq_poll", "epoll_wait",
         "eviction_loop", "_prefetch_loop", "_store_loop", "select (selectors.py", "serve_forever",
         "Queue.get (queue.py", "EventBus._run")  # fmt: skip
 #: Frames that only wait on behalf of their caller: a sample is charged to the caller.

@@ -12,7 +12,15 @@ Skipped without native ops or without LMCache-driven transfer.
 from __future__ import annotations
 
 # Third Party
-from _support import BLOCK_IDS, BS, gather_to_cpu, run_python, same_bytes, seeded_kv
+from _support import (
+    BLOCK_IDS,
+    BS,
+    gather_to_cpu,
+    held,
+    run_python,
+    same_bytes,
+    seeded_kv,
+)
 import pytest
 import torch
 
@@ -79,6 +87,49 @@ def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  
     back = {name: t.cpu() for name, t in kv.items()}
     restored = gather_to_cpu(back, BLOCK_IDS, 2, layout_hints=hints)
     assert all(same_bytes(r, e) for r, e in zip(restored, expected, strict=True))
+    context.close()
+
+
+def test_a_queued_kernel_keeps_the_ids_memory_alive_but_not_their_python_object(  # type: ignore[no-untyped-def]
+    native, lmcache_driven, runtime
+) -> None:
+    """The block ids' memory outlives the caller's tensor until the kernel has run, and
+    the kernel does not hold the tensor itself: releasing its last reference on the
+    stream thread would take the GIL there, so the device would wait for Python."""
+    # Standard
+    import weakref
+
+    # First Party
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        TransferDirection,
+    )
+
+    hints = {"kv_layout": "NHD"}
+    source = seeded_kv(POINTER_MODE_SHAPES["flash_nhd"], seed=14)
+    expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+    kv = {name: t.to(DEVICE) for name, t in source.items()}
+    context = create_cache_context(wrap_kv_caches(kv), 2 * BS, hints)
+    staging = [context.get_temp_kernel_group_buffer(i, 0) for i in range(len(expected))]
+    with held(runtime.current_stream()):
+        ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
+        tensor = weakref.ref(ids)
+        resolve_device_ops(DEVICE).multi_layer_block_kv_transfer(
+            context.get_kernel_group_kv_pointers(0),
+            [buffer.data_ptr() for buffer in staging],
+            ids,
+            context.device,
+            TransferDirection.D2H,
+            context.get_shape_desc(0),
+            2 * BS,
+            context.get_engine_kv_format(0),
+            0,
+        )
+        del ids
+        assert tensor() is None, "the queued kernel holds the ids tensor (Python's)"
+    runtime.synchronize()
+    got = [buffer.cpu().reshape(-1).view(torch.uint8) for buffer in staging]
+    want = [chunk_bytes.reshape(-1).view(torch.uint8) for chunk_bytes in expected]
+    assert all(same_bytes(g, w) for g, w in zip(got, want, strict=True))
     context.close()
 
 
