@@ -205,8 +205,11 @@ def plot(e2e: dict, out: Path) -> list[Path]:
     return written
 
 
-def write(out: Path, ops: dict, e2e: dict, copies: dict, rows: list[dict], found: list[str], note: str) -> Path:
+def write(
+    out: Path, ops: dict, e2e: dict, copies: dict, rows: list[dict], found: list[str], note: str, latency_us: int
+) -> Path:
     path = out / "bench.json"
-    document = {"ops": ops, "e2e": e2e, "e2e_memcpy": copies, "targets": rows, "slow_paths": found, "regimes": note}
+    document = {"ops": ops, "e2e": e2e, "e2e_memcpy": copies, "targets": rows, "slow_paths": found, "regimes": note,
+                "launch_latency_us": latency_us}  # fmt: skip
     path.write_text(json.dumps(document, indent=1))
     return path

@@ -37,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_e2e  # noqa: E402
 import bench_paths  # noqa: E402
 import bench_report  # noqa: E402
-from bench_plan import MODES, OP_PROCESSES, SETUPS, SWEEPS, cell_id, cells  # noqa: E402
+from bench_plan import (  # noqa: E402
+    LATENCY_ENV_VAR, LAUNCH_LATENCY_US, MODES, OP_PROCESSES, SETUPS, SWEEPS, cell_id, cells,
+)  # fmt: skip
 
 HERE = Path(__file__).resolve().parent
 #: The environment of every process the benchmark starts (they log to files).
@@ -115,7 +117,10 @@ def main() -> int:
                         help="swept dimensions (default: all); targets need every setup, mode and dimension")
     parser.add_argument("--no-fail-on-miss", action="store_true", help="exit 0 on a missed target")
     parser.add_argument("--no-profile", action="store_true", help="no py-spy profile of missed targets")
+    parser.add_argument("--launch-latency-us", type=int, default=LAUNCH_LATENCY_US,
+                        help=f"foo's emulated launch latency (default {LAUNCH_LATENCY_US}; the test suite's is 200)")
     args = parser.parse_args()
+    BASE_ENV[LATENCY_ENV_VAR] = str(args.launch_latency_us)
     logs = args.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     mark = importlib.import_module(f"{args.package}.names").SLOW_PATH_MARK
@@ -140,6 +145,7 @@ def main() -> int:
             found += [f"{setup} / {mode} / {c}: retrieved bytes differ"
                       for c, r in e2e[setup][mode].items() if r["bytes_match"] is False]  # fmt: skip
     progress("done measuring")
+    print(f"\nfoo's emulated launch latency: {args.launch_latency_us} us (--launch-latency-us)")
     bench_report.print_tables(ops, e2e, copies)
     note = bench_report.regime_note(ops, e2e) if complete else ""
     print(f"\n{note}")
@@ -151,7 +157,7 @@ def main() -> int:
     print("\nSlow paths: " + ("none: every process took the path its setup asks for" if not found else ""))
     for finding in found:
         print(f"  DEGRADED {finding}")
-    written = [bench_report.write(args.out, ops, e2e, copies, rows, found, note)]
+    written = [bench_report.write(args.out, ops, e2e, copies, rows, found, note, args.launch_latency_us)]
     if complete:
         written += bench_report.plot(e2e, args.out)
     print("\nwrote " + ", ".join(str(p) for p in written))
