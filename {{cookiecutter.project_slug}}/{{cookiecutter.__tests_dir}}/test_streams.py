@@ -47,6 +47,28 @@ print("read it", flush=True)
     assert "was read or written by host code" in done.stderr, done.stderr[-3000:]
 
 
+def test_an_in_place_op_run_on_the_host_copies_only_what_it_changes(
+    emulator,
+) -> None:  # type: ignore[no-untyped-def]
+    """Ops without a device kernel run on the host (the CPU fallback). An in-place one,
+    such as the ``index_copy_`` of LMCache's torch baseline scatter, must not copy its
+    whole destination onto itself: the baseline's time would grow with the KV cache
+    instead of with the blocks it moves, which no device does."""
+    # Third Party
+    from torch.profiler import ProfilerActivity, profile
+
+    layer = torch.zeros((64, 4, 8), device=DEVICE)
+    rows = torch.ones((2, 4, 8), device=DEVICE)
+    index = torch.tensor([3, 7], device=DEVICE)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as trace:
+        layer.index_copy_(0, index, rows)
+    copies = [e.input_shapes for e in trace.events() if e.name == "aten::copy_"]
+    assert [64, 4, 8] not in [shapes[0] for shapes in copies if shapes], copies
+    written = layer.cpu()
+    assert written[3].eq(1).all() and written[7].eq(1).all()
+    assert written.sum() == 2 * 4 * 8, "only the indexed rows changed"
+
+
 def test_a_non_blocking_copy_to_pinned_memory_is_seen_only_after_a_synchronization(
     runtime,
 ) -> None:  # type: ignore[no-untyped-def]
