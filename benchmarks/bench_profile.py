@@ -3,7 +3,9 @@
 
 An end-to-end target is re-run for its cell alone (native foo, its transfer
 mode), with py-spy sampling the server and every worker rank, native frames
-included (the emulator's stream threads run the kernels); an op-level target
+included. py-spy samples Python threads only: the emulator's stream threads,
+which run the kernels, show as the ranks waiting on ``Event.synchronize``
+(and in a stack only where a kernel touched Python). An op-level target
 re-runs the op benchmark under py-spy. Each profile is kept as collapsed
 stacks (``<out>/profiles/*.txt``, for flamegraph tools) and summarized as the
 frames holding the most samples, printed with the figures.
