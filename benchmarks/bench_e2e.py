@@ -5,9 +5,9 @@ Per transfer mode, every setup side by side: one server per setup (its log in
 the log directory) and, per TP size, one set of ``bench_worker.py`` ranks per
 setup kept alive over its cells, as a serving engine's are. A cell's rounds
 take the setups in turn (the order rotating every round), with a host memcpy
-of the base cell's bytes timed in its steady state after each round, so that a drift of the machine
-during the run moves every figure a target compares alike (idle servers cost
-about 1 % of a core each). Each round of a setup: empty its server's cache (so
+of the base cell's bytes timed in its steady state after each round, so that a
+drift of the machine during the run moves every figure a target compares alike
+(idle servers cost about 1 % of a core each). Each round of a setup: empty its server's cache (so
 a store reuses pool memory instead of waiting for eviction), store
 ``concurrency`` requests at once on every rank, look each up with the
 scheduler, retrieve them at once. A request's latency is the slowest rank's;
@@ -98,11 +98,11 @@ def run_mode(
     paths: dict[str, dict] = {}
     profiles: list[Path] = []
     memcpy = memcpy_timer()
+    slugs = {setup: f"{setup}-{mode}".replace(" ", "_").replace(",", "") for setup in setups}
     with ExitStack() as servers:
         started = {}
-        for setup in setups:
+        for setup, slug in slugs.items():
             overrides, _ = SETUPS[setup]
-            slug = f"{setup}-{mode}".replace(" ", "_").replace(",", "")
             paths[setup] = {"ranks": [], "server_log": str(log_dir / f"server-{slug}.log"), "rank_logs": []}
             started[setup] = servers.enter_context(running_server(
                 log_dir / f"server-{slug}.log", transfer_mode=server_mode, shm_name=f"bench_{slug}"[:40] if shm else None,
@@ -114,9 +114,8 @@ def run_mode(
             most = max(c["chunks"] * c["concurrency"] for c in group)
             lanes: list[Lane] = []
             try:
-                for setup in setups:
+                for setup, slug in slugs.items():
                     overrides, device = SETUPS[setup]
-                    slug = f"{setup}-{mode}".replace(" ", "_").replace(",", "")
                     server, model = started[setup], f"bench-{slug}-tp{tp}"
                     env = child_env({**overrides, "OMP_NUM_THREADS": "1"})
                     lane = Lane(setup, server, Scheduler(server.url, model, tp, BLOCK, mq_timeout=60.0))

@@ -71,28 +71,26 @@ def cpu_best(e2e: dict, mode: str, cell: str, kind: str) -> tuple[str, float]:
 def interval(a: list[float], b: list[float], scale: float = 1.0) -> tuple[float, float, float]:
     """``scale * median(a) / median(b)`` and its 95% bootstrap interval (seeded: the
     same samples give the same interval)."""
-    draw = random.Random(0)
-    ratio = scale * statistics.median(a) / statistics.median(b)
-    ratios = sorted(
-        scale * statistics.median(draw.choices(a, k=len(a))) / statistics.median(draw.choices(b, k=len(b)))
-        for _ in range(BOOTSTRAP)
-    )
-    return ratio, ratios[int(0.025 * BOOTSTRAP)], ratios[int(0.975 * BOOTSTRAP) - 1]
+    return process_interval([(a, b)], scale)
 
 
-def process_interval(pairs: list[tuple[list[float], list[float]]]) -> tuple[float, float, float]:
-    """``median(a) / median(b)`` over processes that each timed both (``pairs``: one
-    (a, b) per process), and its 95% interval from a two-level bootstrap: processes
+def process_interval(
+    pairs: list[tuple[list[float], list[float]]], scale: float = 1.0
+) -> tuple[float, float, float]:
+    """``scale * median(a) / median(b)`` over processes that each timed both (``pairs``:
+    one (a, b) per process), and its 95% interval from a two-level bootstrap: processes
     drawn with replacement, then each one's samples, so that the interval spans the
-    spread between processes too (seeded, as ``interval``)."""
+    spread between processes too (seeded: the same samples give the same interval)."""
     draw = random.Random(0)
-    ratio = statistics.median([x for a, _ in pairs for x in a]) / statistics.median([x for _, b in pairs for x in b])
+    ratio = scale * statistics.median([x for a, _ in pairs for x in a]) / statistics.median(
+        [x for _, b in pairs for x in b]
+    )
     ratios = []
     for _ in range(BOOTSTRAP):
-        chosen = draw.choices(pairs, k=len(pairs))
+        chosen = draw.choices(pairs, k=len(pairs)) if len(pairs) > 1 else pairs
         a = [x for sample, _ in chosen for x in draw.choices(sample, k=len(sample))]
         b = [x for _, sample in chosen for x in draw.choices(sample, k=len(sample))]
-        ratios.append(statistics.median(a) / statistics.median(b))
+        ratios.append(scale * statistics.median(a) / statistics.median(b))
     ratios.sort()
     return ratio, ratios[int(0.025 * BOOTSTRAP)], ratios[int(0.975 * BOOTSTRAP) - 1]
 
@@ -112,29 +110,29 @@ def targets(ops: dict, e2e: dict, copies: dict) -> list[dict]:
     base = cell_id(BASE)
     rows = []
 
-    def add(name: str, limit: float, a: list[float], b: list[float], scale: float = 1.0) -> None:
-        ratio, low, high = interval(a, b, scale)
+    def add(name: str, limit: float, pairs: list[tuple[list[float], list[float]]], scale: float = 1.0) -> None:
+        ratio, low, high = process_interval(pairs, scale)
         rows.append({"name": name, "ratio": ratio, "low": low, "high": high, "limit": limit})
 
     for op in ("gather", "scatter"):
-        ratio, low, high = process_interval([(p["memcpy"], p[op]) for p in ops["native foo"]["processes"]])
-        rows.append({"name": f"op level: native {op} bandwidth >= {OP_VS_MEMCPY:.0%} of memcpy", "ratio": ratio,
-                     "low": low, "high": high, "limit": OP_VS_MEMCPY})  # fmt: skip
+        add(f"op level: native {op} bandwidth >= {OP_VS_MEMCPY:.0%} of memcpy", OP_VS_MEMCPY,
+            [(p["memcpy"], p[op]) for p in ops["native foo"]["processes"]])  # fmt: skip
     for mode in MODES:
         for kind in KINDS:
             native = e2e["native foo"][mode][base][kind]["latencies"]
             setup, _ = cpu_best(e2e, mode, base, kind)
             add(f"{mode} {kind} ({base}): {setup} / native foo >= {STORE_RETRIEVE_VS_CPU}x", STORE_RETRIEVE_VS_CPU,
-                e2e[setup][mode][base][kind]["latencies"], native)  # fmt: skip
+                [(e2e[setup][mode][base][kind]["latencies"], native)])  # fmt: skip
             add(f"{mode} {kind} ({base}): native foo within {WITHIN_MEMCPY:g}x memcpy time", 1.0,
-                copies[mode][base], native, WITHIN_MEMCPY)  # fmt: skip
+                [(copies[mode][base], native)], WITHIN_MEMCPY)  # fmt: skip
     big = {**BASE, "chunks": max(SWEEPS["chunks"])}
     for mode in MODES:
         for kind in KINDS:
             walls = e2e["native foo"][mode][cell_id(big)][kind]["walls"]
             # throughput / memcpy bandwidth = memcpy time of the cell's bytes / wall
             add(f"{mode} {kind} ({cell_id(big)}): native foo throughput >= {E2E_64_VS_MEMCPY:.0%} of memcpy "
-                "bandwidth", E2E_64_VS_MEMCPY, copies[mode][cell_id(big)], walls, cell_bytes(big) / (OP_CHUNKS * CHUNK_BYTES))  # fmt: skip
+                "bandwidth", E2E_64_VS_MEMCPY, [(copies[mode][cell_id(big)], walls)],
+                cell_bytes(big) / (OP_CHUNKS * CHUNK_BYTES))  # fmt: skip
     for row in rows:
         row["verdict"] = verdict(row)
         row["met"] = row["verdict"] == "MET"
