@@ -88,9 +88,30 @@ def sdist_tree(release: str, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     archive = cache / name
     archive.write_bytes(data)
-    with tarfile.open(archive) as tar:
-        tar.extractall(cache, filter="data")
+    extract(archive, cache)
     return tree
+
+
+def extract(archive: Path, into: Path) -> None:
+    """Unpack ``archive``'s directories and regular files, each inside ``into``; refuse any other member.
+
+    What tarfile's ``filter="data"`` does, which Python has only from 3.11.4 (and 3.10.12): Debian 12's
+    python3 is 3.11.2. An sdist holds nothing else.
+    """
+    root = into.resolve()
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            target = (root / member.name).resolve()
+            if not target.is_relative_to(root) or not (member.isdir() or member.isfile()):
+                raise RuntimeError(f"{archive.name}: refusing {member.name!r} (not a file or directory inside it)")
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None
+            target.write_bytes(source.read())
+            target.chmod(0o755 if member.mode & 0o111 else 0o644)
 
 
 def tools_python(tree: Path, env_dir: Path) -> str:

@@ -8,11 +8,13 @@ filters. Checked here on a small tree with a config of LMCache's shape, without 
 
 from __future__ import annotations
 
+import io
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from tasks.lmcache_style import load_config, requirements, run_hooks
+from tasks.lmcache_style import extract, load_config, requirements, run_hooks
 
 CONFIG = r"""
 exclude: 'generated/.*'
@@ -92,3 +94,42 @@ def test_the_tools_are_pinned_to_the_revisions_the_config_names() -> None:
 
 def test_the_config_is_read_from_the_tree(tree: Path) -> None:
     assert load_config(tree)["exclude"] == "generated/.*"
+
+
+def sdist(path: Path, members: dict[str, bytes | None], link: str | None = None) -> Path:
+    """A gzipped tar of ``members`` (None: a directory), plus a symbolic link named ``link`` if given."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o755 if name.endswith(".sh") else 0o644
+                tar.addfile(info, io.BytesIO(data))
+        if link:
+            info = tarfile.TarInfo(link)
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(info)
+    return path
+
+
+def test_an_sdist_unpacks_its_files_and_directories_on_every_supported_python(tmp_path: Path) -> None:
+    """No ``extractall(filter=...)``: Python 3.11 has it only from 3.11.4 (Debian 12 ships 3.11.2)."""
+    archive = sdist(tmp_path / "a.tar.gz", {"lmcache-1/": None, "lmcache-1/tools/hook.sh": b"exit 0\n",
+                                             "lmcache-1/setup.cfg": b"[x]\n"})  # fmt: skip
+    extract(archive, tmp_path / "out")
+    assert (tmp_path / "out/lmcache-1/setup.cfg").read_bytes() == b"[x]\n"
+    assert (tmp_path / "out/lmcache-1/tools/hook.sh").stat().st_mode & 0o111, "executable bits are kept"
+
+
+@pytest.mark.parametrize("member", ["../escaped.txt", "/tmp/absolute.txt"])
+def test_an_sdist_member_outside_its_directory_is_refused(tmp_path: Path, member: str) -> None:
+    with pytest.raises(RuntimeError, match="refusing"):
+        extract(sdist(tmp_path / "a.tar.gz", {member: b"x"}), tmp_path / "out")
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_an_sdist_with_a_link_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="refusing 'lmcache-1/passwd'"):
+        extract(sdist(tmp_path / "a.tar.gz", {"lmcache-1/a": b"x"}, link="lmcache-1/passwd"), tmp_path / "out")
