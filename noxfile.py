@@ -17,11 +17,15 @@ Sessions:
                      ruff, mypy, wheel or wire patch, and the suite files that need no server.
   lmcache_releases   one supported release: "lmcache_releases(0.5.4)". Every wheel variant on the
                      newest; on older ones the variants whose code differs by release (``-- all``:
-                     every one).
+                     every one). A pre-release newer than the newest (cookiecutter.json,
+                     ``_lmcache_prereleases``) is a tier of its own: the rendered canary runs on
+                     it (``doctor --api``, the suite, LMCache's own tests), its declared expected
+                     differences apart.
   soak, bench        (not default) cycles through real servers; transfer figures.
 
 The variants, releases and combinations are data (tasks/variants.py, cookiecutter.json). All
-sessions of one release share one environment, .nox/lmcache-<release>/.
+sessions of one release share one environment, .nox/lmcache-<release>/. ``nox -t ci`` runs what CI
+runs (.ci/run): the sessions tagged ``ci``.
 
 Configuration (environment variables):
   LMCACHE_TEMPLATE_TORCH  the torch requirement installed before anything else (default
@@ -50,6 +54,8 @@ from tasks.variants import (  # noqa: E402
     LMCACHE_RELEASES,
     NEWEST,
     OLDER_RELEASE_VARIANTS,
+    OLDEST,
+    PRERELEASES,
     REPRESENTATIVE,
     ROOT,
     VARIANTS,
@@ -62,19 +68,34 @@ nox.needs_version = ">=2024.4.15"
 nox.options.sessions = ["tests", "generate_and_test", "in_tree", "matrix"]
 nox.options.reuse_existing_virtualenvs = True
 
+#: The Pythons the template itself runs on (its tasks use tomllib: 3.11+); renders declare their own range.
+TEMPLATE_PYTHONS = ["3.11", "3.12", "3.13"]
 TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "pytest-xdist>=3.5", "ruff", "isort>=6", "nox>=2024.4.15", "build",
                  "cruft", "packaging"]  # fmt: skip
 WHEEL_VARIANTS = [name for name, variant in VARIANTS.items() if not is_in_tree(variant)]
 IN_TREE_VARIANTS = [name for name, variant in VARIANTS.items() if is_in_tree(variant)]
 #: Option combinations the variants do not prove end to end (those run in the sessions above).
 LIGHT = [combo for combo in matrix() if combo not in HEAVY]
+#: The releases CI proves: the newest and oldest supported, and the pre-releases (``nox -t ci``).
+CI_RELEASES = {NEWEST, OLDEST, *PRERELEASES}
 
 
-@nox.session
+@nox.session(tags=["ci"])
 def tests(session: nox.Session) -> None:
     """The template's own tests: renders, refusals, no leftover syntax, compilable output, updates."""
+    run_template_tests(session)
+
+
+@nox.session(python=TEMPLATE_PYTHONS)
+def tests_on(session: nox.Session) -> None:
+    """The template's own tests on each Python the template supports (README), e.g. ``nox -s tests_on-3.13``."""
+    run_template_tests(session)
+
+
+def run_template_tests(session: nox.Session) -> None:
     session.install(*TEMPLATE_DEPS)
-    with timed(session, "template tests") as timings, timings.step("pytest tests/"):
+    with timed(session, f"template tests (Python {session.python or sys.version.split()[0]})") as timings, \
+            timings.step("pytest tests/"):
         session.run("pytest", "-p", "no:cacheprovider", "-n", "auto", "--durations", "10", str(ROOT / "tests"),
                     *session.posargs)  # fmt: skip
 
@@ -86,20 +107,24 @@ def generate_and_test(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
-@nox.parametrize("lmcache", LMCACHE_RELEASES, ids=LMCACHE_RELEASES)
+@nox.parametrize(
+    "lmcache",
+    [nox.param(release, id=release, tags=["ci"] if release in CI_RELEASES else []) for release in
+     LMCACHE_RELEASES + PRERELEASES],
+)  # fmt: skip
 def lmcache_releases(session: nox.Session, lmcache: str) -> None:
-    """One supported release: every wheel variant on the newest, the release-sensitive ones on older (``-- all``)."""
+    """One release: every wheel variant on the newest, the release-sensitive ones on older and pre-releases (``-- all``)."""
     default = WHEEL_VARIANTS if lmcache == NEWEST else OLDER_RELEASE_VARIANTS
     prove_release(session, lmcache, select(session, WHEEL_VARIANTS, default=default), contract=CONTRACT_SUITES)
 
 
-@nox.session(venv_backend="none")
+@nox.session(venv_backend="none", tags=["ci"])
 def in_tree(session: nox.Session) -> None:
     """Each in-tree contribution overlaid onto the newest lmcache with its wire patch, its whole suite, undone after."""
     prove_release(session, NEWEST, select(session, IN_TREE_VARIANTS, default=IN_TREE_VARIANTS))
 
 
-@nox.session(name="matrix", venv_backend="none")
+@nox.session(name="matrix", venv_backend="none", tags=["ci"])
 @nox.parametrize("combo", [nox.param(combo, id=combination_id(combo)) for combo in LIGHT])
 def matrix_session(session: nox.Session, combo: tuple[str, ...]) -> None:
     """One option combination: render, syntax, compile, ruff, mypy, wheel or wire patch, server-free suite."""
@@ -147,4 +172,4 @@ def soak(session: nox.Session) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit('run with: nox -s tests "lmcache_releases(0.5.6)" in_tree matrix "lmcache_releases(0.5.4)"')
+    sys.exit("run with: nox -t ci (what CI runs), or nox -s generate_and_test")

@@ -37,13 +37,13 @@ def suggest_identifier(value: str) -> str:
     return cleaned[:MAX_NAME]
 
 
-def suggest_name(value: str, builtins: list[str]) -> str:
+def suggest_name(value: str, builtins: dict[str, str]) -> str:
     """A valid, non-built-in LMCache name close to ``value``."""
     name = suggest_identifier(value)
     return "acme_" + name if name in builtins or keyword.iskeyword(name) else name
 
 
-def check_lmcache_name(field: str, value: str, builtins: list[str]) -> list[str]:
+def check_lmcache_name(field: str, value: str, builtins: dict[str, str]) -> list[str]:
     """Rules LMCache applies to device_type/backend_name, plus Python's for module names."""
     if not IDENTIFIER.match(value) or len(value) > MAX_NAME:
         return [
@@ -55,14 +55,20 @@ def check_lmcache_name(field: str, value: str, builtins: list[str]) -> list[str]
         return [f"{field}={value!r} is a Python keyword; choose another name, for example {field}={value + '_dev'!r}"]
     if value in builtins:
         return [
-            f"{field}={value!r} is one of LMCache's built-in backends ({', '.join(builtins)}); "
-            "LMCache keeps the built-in and ignores a plugin of the same name. "
+            f"{field}={value!r} is one of LMCache's built-in backends (built in since lmcache {builtins[value]}; "
+            f"all of them: {by_release(builtins)}); LMCache keeps the built-in and ignores a plugin of the same name. "
             f"Choose a vendor-specific name, for example {field}={'acme_' + value!r}"
         ]
     return []
 
 
-def check_torch_device_type(value: str, builtins: list[str]) -> list[str]:
+def by_release(names: dict[str, str]) -> str:
+    """``{"cpu": "0.5.4", "mlu": "0.5.7"}`` -> ``cpu (0.5.4), mlu (0.5.7)``: each name with the lmcache
+    release it arrived in (cookiecutter.json; 0.5.4 is the first release with device plugins)."""
+    return ", ".join(f"{name} ({release})" for name, release in names.items())
+
+
+def check_torch_device_type(value: str, builtins: dict[str, str]) -> list[str]:
     """torch's device-string grammar: a device type is letters and underscores only (no digits)."""
     if not IDENTIFIER.match(value) or not any(ch.isdigit() for ch in value):
         return []  # not an identifier: check_lmcache_name already said so
@@ -77,7 +83,7 @@ def check_torch_device_type(value: str, builtins: list[str]) -> list[str]:
 
 def problems(answers: dict) -> list[str]:
     """Every reason the answers cannot render a working package (empty if none)."""
-    builtins = list(answers["_builtin_backends"])
+    builtins: dict[str, str] = answers["_builtin_backends"]
     found: list[str] = []
     for field in ("device_name", "backend_name"):
         found += check_lmcache_name(field, str(answers[field]), builtins)
@@ -153,7 +159,7 @@ def combination_problems(answers: dict) -> list[str]:
     if answers["ownership"] == "in_tree" and answers["lmcache_driven"] != "no" and backend in answers["_lmcache_wire_tags"]:
         found.append(
             f"ownership='in_tree' with lmcache_driven tags the IPC wire type with backend_name={backend!r}, which "
-            f"LMCache's ipc_wire.py already uses ({', '.join(answers['_lmcache_wire_tags'])}); the codec would refuse "
+            f"LMCache's ipc_wire.py already uses ({by_release(answers['_lmcache_wire_tags'])}); the codec would refuse "
             f"the duplicate. Choose another backend_name, for example backend_name={'acme_' + backend!r}"
         )
     if answers["ownership"] == "in_tree" and answers["license"] != "Apache-2.0":

@@ -94,7 +94,7 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
     for line in (f"License-Expression: {ctx['license']}", "License-File: LICENSE"):
         if line not in metadata:
             problems.append(f"METADATA lacks {line!r}")
-    requirement = Requirement(ctx["_lmcache_requirement"])
+    requirement = Requirement(ctx["__lmcache_requirement"])
     declared = [Requirement(m.split(":", 1)[1]) for m in metadata if m.startswith("Requires-Dist:")]
     lmcache = [r for r in declared if r.name == "lmcache"]
     if [r.specifier for r in lmcache] != [requirement.specifier]:

@@ -23,8 +23,8 @@ from tasks.checks import context
 from tasks.envs import TORCH, ReleaseEnv
 from tasks.progress import timed
 from tasks.project import build_wheel, check_statically, emulator_distribution, install_emulator, install_wheel, render
-from tasks.suite import Outcome, count, run_contract, run_suite
-from tasks.variants import NEWEST, REPRESENTATIVE, VARIANTS, VENDOR_NOXFILE, is_in_tree
+from tasks.suite import Outcome, count, run_canary, run_contract, run_suite
+from tasks.variants import NEWEST, PRERELEASES, REPRESENTATIVE, VARIANTS, VENDOR_NOXFILE, is_in_tree
 
 
 def select(session: nox.Session, names: list[str], default: list[str]) -> list[str]:
@@ -80,7 +80,7 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
                     env=env_vars)  # fmt: skip
             return run_suite(session, env, [tests], work, env_vars, device_present=True, own_settings=False)
     assert wheel is not None
-    install_wheel(session, env, wheel)
+    install_wheel(session, env, wheel, project)
     package = ctx["__package"]
     installed = (f"import {package}, sysconfig; p = {package}.__file__; "
                  "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)")  # fmt: skip
@@ -91,6 +91,8 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
         env.run(session, "python", "-c", installed, env=env_vars)
     if name == VENDOR_NOXFILE and env.release == NEWEST:
         return run_vendor_noxfile(session, env, project, work, emulator)
+    if env.release in PRERELEASES:
+        return run_canary(session, env, project, work, env_vars, contract if name == REPRESENTATIVE else ())
     outcome = run_suite(session, env, [tests], work, env_vars, device_present=emulator)
     if name == REPRESENTATIVE:
         begun = time.monotonic()

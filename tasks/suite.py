@@ -81,3 +81,22 @@ def run_contract(
     outcomes = [count(session, junit, device_present=True) for junit in sorted(out.glob("contract-*.xml"))]
     passed, skipped = sum(o.passed for o in outcomes), sum(o.skipped for o in outcomes)
     return f"LMCache's own tests ({' + '.join(suites)}): {passed} passed, {skipped} skipped"
+
+
+def run_canary(
+    session: nox.Session, env: ReleaseEnv, project: Path, work: Path, env_vars: dict[str, str | None],
+    suites: tuple[str, ...],
+) -> Outcome:  # fmt: skip
+    """A pre-release: the rendered canary (``tests/canary.py``, as its ``nox -s canary`` runs it): ``doctor --api``,
+    the suite and LMCache's own ``suites`` (the platform one when none), its expected differences reported apart;
+    it fails on anything else. Its report is printed and kept beside the suite's JUnit report."""
+    canary = work / "canary"
+    chosen = [argument for suite in suites for argument in ("--contract-suite", suite)]
+    with session.chdir(work):
+        env.run(session, "python", str(project / "tests" / "canary.py"), "--report", str(work / "canary-report.md"),
+                "--work", str(canary), *chosen, env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
+    outcome = count(session, canary / "suite.xml", device_present=True)
+    contract = [count(session, junit, device_present=True) for junit in sorted(canary.glob("contract/contract-*.xml"))]
+    outcome.also = (f"canary: doctor --api and LMCache's own tests ({' + '.join(suites or ('platform',))}): "
+                    f"{sum(o.passed for o in contract)} passed, {sum(o.skipped for o in contract)} skipped")  # fmt: skip
+    return outcome

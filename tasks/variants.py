@@ -11,14 +11,23 @@ import itertools
 import json
 from pathlib import Path
 
+from packaging.version import Version
+
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXT = json.loads((ROOT / "cookiecutter.json").read_text())
 #: The sample device the variants render (one renders an odd but valid name instead).
 DEVICE = "foo"
-#: The LMCache releases the rendered package supports, oldest first, and its requirement (cookiecutter.json).
+#: The LMCache releases the rendered package supports, oldest first (cookiecutter.json; the rendered
+#: requirement spans them: supporting a new final release is one line there).
 LMCACHE_RELEASES: list[str] = CONTEXT["_lmcache_tested"]
-LMCACHE_REQUIREMENT: str = CONTEXT["_lmcache_requirement"]
 NEWEST = LMCACHE_RELEASES[-1]
+OLDEST = LMCACHE_RELEASES[0]
+#: Pre-releases proven too (a tier of their own: the rendered canary on them, with its expected
+#: differences), while they are newer than the newest tested final; a final's own candidates drop
+#: out when it joins LMCACHE_RELEASES.
+PRERELEASES: list[str] = [
+    release for release in CONTEXT["_lmcache_prereleases"] if Version(release) > Version(NEWEST)
+]
 #: The options a variant chooses, each with its values (the first is the template's default).
 OPTIONS = ("ownership", "lmcache_driven", "native_ops", "emulator")
 

@@ -23,6 +23,10 @@ REFUSED = [
     (["device_name=cuda"], "device_name='cuda' is one of LMCache's built-in backends", "device_name='acme_cuda'"),
     (["device_name=rbln"], "built-in backends", "device_name='acme_rbln'"),
     (["backend_name=npu"], "backend_name='npu' is one of LMCache's built-in backends", "backend_name='acme_npu'"),
+    # Built in from lmcache 0.5.7 (Cambricon's torch_mlu, Biren's SUPA): a plugin so named loads on 0.5.6, then not.
+    (["device_name=mlu"], "device_name='mlu' is one of LMCache's built-in backends (built in since lmcache 0.5.7", "device_name='acme_mlu'"),
+    (["device_name=supa"], "(built in since lmcache 0.5.7", "device_name='acme_supa'"),
+    (["backend_name=supa"], "backend_name='supa' is one of LMCache's built-in backends", "backend_name='acme_supa'"),
     (["torch_extension_module=torch-foo"], "torch_extension_module='torch-foo' must be an importable module name", "'torch_acme'"),
     (["import_package=lmcache"], "import_package='lmcache' would shadow the real lmcache", "'lmcache_<device>'"),
     (["project_slug=lmcache foo"], "project_slug='lmcache foo' must be", "'lmcache-acme-device'"),
@@ -36,7 +40,7 @@ REFUSED = [
     (["torch_extension_module="], "emulator='yes' with an empty torch_extension_module", "torch_extension_module='torch_foo'"),
     (["ownership=in_tree", "native_ops=yes"], "ownership='in_tree' with native_ops='yes'", "Set native_ops='no'"),
     (["ownership=in_tree", "license=MIT"], "LMCache, which is Apache-2.0 licensed", "Set license='Apache-2.0'"),
-    (["ownership=in_tree", "lmcache_driven=default", "device_name=cpu_shm"], "which LMCache's ipc_wire.py already uses", "backend_name='acme_cpu_shm'"),
+    (["ownership=in_tree", "lmcache_driven=default", "device_name=cpu_shm"], "which LMCache's ipc_wire.py already uses (cpu_shm (0.5.6)", "backend_name='acme_cpu_shm'"),
 ]
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TEMPLATE
+from cookiecutter.main import cookiecutter
 
 from tasks.checks import (
     EMULATOR_FILES,
@@ -40,10 +41,13 @@ EXPECTED_FILES = {
     "src/lmcache_foo/__init__.py",
     "src/lmcache_foo/_lmcache_compat/__init__.py",
     "src/lmcache_foo/_lmcache_compat/surface.py",
+    "src/lmcache_foo/_lmcache_compat/harness.py",
+    "src/lmcache_foo/_lmcache_compat/harness_surface.py",
     "src/lmcache_foo/device.py",
     "src/lmcache_foo/device_ops.py",
     "src/lmcache_foo/_ops_support.py",
     "src/lmcache_foo/_doctor_api.py",
+    "src/lmcache_foo/_doctor_calls.py",
     "src/lmcache_foo/_doctor_checks.py",
     "src/lmcache_foo/_doctor_discovery.py",
     "src/lmcache_foo/_doctor_live.py",
@@ -71,6 +75,7 @@ EXPECTED_FILES = {
     "tests/soak.py",
     "tests/test_bad_input.py",
     "tests/test_cache_context.py",
+    "tests/test_canary.py",
     "tests/test_cache_context_staging.py",
     "tests/test_discovery.py",
     "tests/test_doctor.py",
@@ -326,16 +331,55 @@ def test_every_source_says_on_its_second_line_whether_it_is_the_vendors_or_the_t
     assert not [name for name in sources if any(text in (in_tree / name).read_text() for text in owner.values())]
 
 
-def test_compat_module_lists_the_same_tested_releases_as_the_requirement(render: Callable[..., Path]) -> None:
-    """_lmcache_compat's TESTED_LMCACHE_VERSIONS are the tested releases, and the requirement spans exactly them."""
-    context = json.loads((TEMPLATE / "cookiecutter.json").read_text())
-    tested, requirement = context["_lmcache_tested"], context["_lmcache_requirement"]
-    assert tested == sorted(tested, key=lambda v: tuple(int(p) for p in v.split(".")))
-    assert requirement == f"lmcache>={tested[0]},<={tested[-1]}"
-    compat = (render() / "src" / "lmcache_foo" / "_lmcache_compat" / "__init__.py").read_text()
+def test_a_new_final_lmcache_release_is_one_line_of_cookiecutter_json(tmp_path: Path) -> None:
+    """Adding a final to ``_lmcache_tested`` is all it takes: the requirement, the compat layer's tested releases,
+    the rendered sessions, CI matrix and README, and the template's own sessions (what ``nox -t ci`` runs) follow,
+    and the pre-releases it supersedes drop out."""
+    template = tmp_path / "template"
+    shutil.copytree(TEMPLATE, template, ignore=shutil.ignore_patterns(".git", ".nox", ".ci-venv", "bench-results"))
+    context = json.loads((template / "cookiecutter.json").read_text())
+    final = "0.5.7"
+    assert final not in context["_lmcache_tested"] and any(p.startswith(final) for p in context["_lmcache_prereleases"])
+    text = (template / "cookiecutter.json").read_text()
+    newest = f'"{context["_lmcache_tested"][-1]}"'
+    (template / "cookiecutter.json").write_text(text.replace(f"{newest}\n", f'{newest},\n    "{final}"\n', 1))
+    tested = [*context["_lmcache_tested"], final]
+    assert json.loads((template / "cookiecutter.json").read_text())["_lmcache_tested"] == tested
+
+    project = Path(cookiecutter(str(template), no_input=True, output_dir=str(tmp_path / "out")))
+    requirement = f"lmcache>={tested[0]},<={final}"
+    assert pyproject(project)["project"]["dependencies"] == [requirement]
+    compat = (project / "src" / "lmcache_foo" / "_lmcache_compat" / "__init__.py").read_text()
     line = next(ln for ln in compat.splitlines() if ln.startswith("TESTED_LMCACHE_VERSIONS = "))
     assert ast.literal_eval(line.split("=", 1)[1].strip()) == tuple(tested)
     assert f'SUPPORTED_LMCACHE = "{requirement}"' in compat
+    import yaml
+
+    workflow = yaml.safe_load((project / ".github/workflows/ci.yml").read_text())
+    assert workflow["jobs"]["conformance"]["strategy"]["matrix"]["lmcache"] == tested
+    readme = " ".join((project / "README.md").read_text().split())
+    assert f"`{requirement}`" in readme and f"tested end to end on each: {', '.join(tested)}" in readme
+    listed = nox_list(project)
+    assert {f"tests({final})", f"lmcache_contract({final})"} <= listed
+
+    ci = nox_list(template, "-t", "ci")
+    assert {f"lmcache_releases({final})", f"lmcache_releases({tested[0]})"} <= ci
+    prereleases = {f"lmcache_releases({release})" for release in context["_lmcache_prereleases"]}
+    assert not ci & prereleases, "a final supersedes its pre-releases"
+    # CI and the README's test command name no release: they run what is tagged ci.
+    commands = [line for line in (template / ".ci" / "run").read_text().splitlines() if line.startswith("nox ")]
+    blocks = re.findall(r"```bash\n(.*?)```", (template / "README.md").read_text(), re.S)
+    assert commands == ["nox -t ci"] and "nox -t ci\n" in blocks, (commands, blocks)
+    assert not [block for block in blocks if "lmcache_releases(" in block], blocks
+
+
+def nox_list(directory: Path, *args: str) -> set[str]:
+    """The sessions ``nox --list`` selects in ``directory`` (with ``args``, e.g. a tag)."""
+    nox = shutil.which("nox")
+    assert nox, "nox is a test dependency of the template (the tests session installs it)"
+    done = subprocess.run([nox, "--list", "--json", *args], cwd=directory, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return {entry["session"] for entry in json.loads(done.stdout)}
 
 
 def noxfile_sessions(project: Path) -> set[str]:
@@ -406,12 +450,8 @@ def test_rendered_tooling_configures_pre_commit_line_endings_and_mypy(render: Ca
 
 def test_rendered_noxfile_offers_the_template_sessions_per_tested_release(render: Callable[..., Path]) -> None:
     """``nox --list`` shows lint, typecheck, build, soak, and tests(<release>) and lmcache_contract(<release>) per release."""
-    nox = shutil.which("nox")
-    assert nox, "nox is a test dependency of the template (the tests session installs it)"
     project = render()
-    done = subprocess.run([nox, "--list", "--json"], cwd=project, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    listed = {entry["session"] for entry in json.loads(done.stdout)}
+    listed = nox_list(project)
     tested = json.loads((TEMPLATE / "cookiecutter.json").read_text())["_lmcache_tested"]
     assert {"lint", "typecheck", "build", *(f"tests({v})" for v in tested), *(f"lmcache_contract({v})" for v in tested)} <= listed
     assert "soak" in noxfile_sessions(project)  # not a default session, so --list --json leaves it out

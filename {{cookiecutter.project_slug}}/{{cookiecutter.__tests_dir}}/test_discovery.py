@@ -231,7 +231,7 @@ def test_plugin_refuses_to_load_on_an_untested_lmcache_release() -> None:
     assert done.stdout.strip() == "False"
     assert f"Failed to load LMCache device plugin {BACKEND!r}" in done.stderr
     assert (
-        "{{ cookiecutter._lmcache_requirement }}" in done.stderr
+        "{{ cookiecutter.__lmcache_requirement }}" in done.stderr
         and "lmcache 99.0.0 is installed" in done.stderr
     )
 
