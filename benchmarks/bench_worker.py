@@ -64,13 +64,12 @@ def main() -> int:
     import zmq
     from lmcache.integration.vllm.vllm_multi_process_adapter import (
         LMCacheMPWorkerAdapter,
-        LoadStoreOp,
         ParallelStrategy,
     )
 
     import lmcache  # noqa: F401 - selects the backend from the environment
 
-    compat = importlib.import_module(f"{args.package}._lmcache_compat")
+    compat = importlib.import_module(f"{args.package}._lmcache_compat.harness")
     torch.set_num_threads(1)
     per_chunk = args.chunk // args.block_size
     blocks = 2 * args.max_chunks * per_chunk  # stores read the first half, retrieves fill the second
@@ -125,7 +124,7 @@ def main() -> int:
         for request in range(concurrency):
             tokens = prompt(first, request, chunks)
             ids = list(range(request * chunks * per_chunk, (request + 1) * chunks * per_chunk))
-            op = LoadStoreOp(token_ids=tokens, block_ids=[ids], start=0, end=len(tokens))
+            op = compat.load_store_op(tokens, [ids], 0, len(tokens))
             request_id = f"store-{uuid.uuid4().hex}"
             started.append(time.perf_counter())
             adapter.submit_store_request(request_id, op, compat.recorded_event(adapter, device.type))
@@ -142,7 +141,7 @@ def main() -> int:
             if check:  # a retrieve that writes nothing must not pass on old bytes
                 for layer in kv.values():
                     layer[:, ids] = 0
-            op = LoadStoreOp(token_ids=tokens, block_ids=[ids], start=0, end=len(tokens))
+            op = compat.load_store_op(tokens, [ids], 0, len(tokens))
             started.append(time.perf_counter())
             adapter.submit_retrieve_request(request_id, op, compat.recorded_event(adapter, device.type))
             futures.append(adapter.retrieve_futures[request_id][0])

@@ -45,7 +45,8 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     project = render(ownership="in_tree", lmcache_driven="default")
     rendered = files(project)
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
-        "__init__.py", "names.py", "_lmcache_compat/__init__.py", "_lmcache_compat/kv_layout.py", "_lmcache_compat/surface.py", "device_ops.py", "_ops_support.py", "ipc_wrapper.py", "cache_context.py", "event_ipc.py",
+        "__init__.py", "names.py", "_lmcache_compat/__init__.py", "_lmcache_compat/kv_layout.py", "_lmcache_compat/surface.py", "_lmcache_compat/harness.py",
+        "_lmcache_compat/harness_surface.py", "device_ops.py", "_ops_support.py", "ipc_wrapper.py", "cache_context.py", "event_ipc.py",
         "pin_memory.py")}  # fmt: skip
     emulator = {f"{IN_TREE_TESTS}_emulator/pyproject.toml",
                 *(f"{IN_TREE_TESTS}_emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES)}  # fmt: skip
@@ -111,7 +112,7 @@ def test_both_ownership_models_render_the_same_conformance_suite(render: Callabl
     wheel = suite_functions(render(lmcache_driven="default") / "tests")
     in_tree = suite_functions(render(ownership="in_tree", lmcache_driven="default") / IN_TREE_TESTS)
     # the doctor (and its --api with the shims' release range) checks an installed wheel
-    wheel_only_files = {"test_doctor.py", "test_doctor_paths.py", "test_lmcache_surface.py"}
+    wheel_only_files = {"test_canary.py", "test_doctor.py", "test_doctor_paths.py", "test_lmcache_surface.py"}
     assert set(in_tree) == set(wheel) - wheel_only_files
     wheel_tests = set().union(*(tests for name, tests in wheel.items() if name not in wheel_only_files))
     in_tree_tests = set().union(*in_tree.values())

@@ -12,10 +12,21 @@ import this module at collection) and must not import ``_engine`` or
 from __future__ import annotations
 
 # Standard
+from typing import Any
 import time
 
 # Third Party
 from _worker_kv import BLOCK_SIZE
+
+
+def _harness() -> Any:
+    """This plugin's harness shims (imported after ``import lmcache``)."""
+    # First Party
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        harness,
+    )
+
+    return harness
 
 
 class Scheduler:
@@ -38,6 +49,8 @@ class Scheduler:
             LMCacheMPSchedulerAdapter,
             ParallelStrategy,
         )
+
+        self.packed_tokens = _harness().packed_tokens
 
         strategy = ParallelStrategy(
             mla_only=mla,
@@ -84,7 +97,7 @@ class Scheduler:
     def lookup(self, request_id: str, tokens: list[int]) -> int:
         """Hit tokens for ``tokens`` (prefix, all ranks); also read-locks them for one
         retrieve."""
-        self.adapter.maybe_submit_lookup_request(request_id, tokens)
+        self.adapter.maybe_submit_lookup_request(request_id, self.packed_tokens(tokens))
         deadline = time.monotonic() + self.mq_timeout
         while time.monotonic() < deadline:
             hit = self.adapter.check_lookup_result(request_id)
@@ -102,7 +115,9 @@ class Scheduler:
         """End a lookup that no retrieve will follow: free the read locks its hit holds,
         end its session."""
         if hit:
-            self.adapter.free_lookup_locks(tokens, 0, hit, request_id)
+            self.adapter.free_lookup_locks(
+                self.packed_tokens(tokens), 0, hit, request_id
+            )
         self.end_session(request_id)
 
     def close(self) -> None:

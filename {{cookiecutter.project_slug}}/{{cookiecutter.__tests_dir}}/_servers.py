@@ -63,6 +63,17 @@ SERVER_KINDS: dict[str, dict[str, Any]] = {
 SHM_POOL_PREFIX = "lmcache_l1_pool_e2e_"
 
 
+def declared_server_flags() -> set[str]:
+    """The ``lmcache server`` flags the harness declares (``doctor --api`` checks
+    each on the installed release); imports this plugin, so lmcache, when called."""
+    # First Party
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        harness_surface,
+    )
+
+    return set(harness_surface.SERVER_FLAGS)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -148,6 +159,10 @@ class LMCacheServer:
         if shm_name or not lazy_l1:
             self.argv += ["--no-l1-use-lazy"]
         self.argv += extra_args
+        # Every flag is declared, so doctor --api checks it against each release.
+        flags = [arg for arg in self.argv if arg.startswith("--")]
+        undeclared = sorted(set(flags) - declared_server_flags())
+        assert not undeclared, f"declare {undeclared} in harness_surface.SERVER_FLAGS"
         self.env = child_env(env)
         self.process: Any = None  # subprocess.Popen or _spawn.ForkedProcess
 

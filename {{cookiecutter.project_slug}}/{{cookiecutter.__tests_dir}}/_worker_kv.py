@@ -113,7 +113,7 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
 
     # after import lmcache
     from {{ cookiecutter.__package }}._lmcache_compat import (
-        register_kv_caches,
+        harness,
     )
 
     strategy = ParallelStrategy(
@@ -152,5 +152,5 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
             )
             for group, window in enumerate(args.sw_windows)
         ]
-    register_kv_caches(adapter, kv, infos)
+    harness.register_kv_caches(adapter, kv, infos)
     return adapter

@@ -101,7 +101,6 @@ def main() -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     # First Party
-    from lmcache.integration.vllm.vllm_multi_process_adapter import LoadStoreOp
     import lmcache  # noqa: F401 - selects the backend (creates torch.<device>)
 
     torch.set_num_threads(1)
@@ -136,7 +135,7 @@ def main() -> int:
     # First Party
     # after lmcache
     from {{ cookiecutter.__package }}._lmcache_compat import (
-        recorded_event,
+        harness,
     )
 
     def store(first_token: int, tokens: int = args.tokens) -> None:
@@ -145,11 +144,8 @@ def main() -> int:
             for name, values in kv_for(first_token).items():
                 source_kv_device[name].copy_(values)
         prompt = token_ids(tokens, first_token)
-        op = LoadStoreOp(
-            token_ids=prompt,
-            block_ids=[b[: -(-tokens // BLOCK_SIZE)] for b in source_blocks],
-            start=0,
-            end=tokens,
+        op = harness.load_store_op(
+            prompt, [b[: -(-tokens // BLOCK_SIZE)] for b in source_blocks], 0, tokens
         )
         # A fresh request id per store: the server caches a request's chunk hashes by
         # id, so reusing one for another prompt "stores" nothing and still says True.
@@ -159,7 +155,7 @@ def main() -> int:
         # a dead or silent server must end in a reported failure, not a crashed worker
         try:
             source.submit_store_request(
-                store_id, op, recorded_event(source, device.type)
+                store_id, op, harness.recorded_event(source, device.type)
             )
             ok = bool(source.store_futures[store_id].result(timeout=args.mq_timeout))
         except Exception as exc:  # noqa: BLE001 - reported to the test
@@ -171,6 +167,7 @@ def main() -> int:
             error=error,
             kv_device_type=device.type,
             transfer_context=type(source.transfer_ctx).__name__,
+            sub_path=harness.engine_sub_path(source.transfer_ctx),
             elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
         )
 
@@ -198,14 +195,12 @@ def main() -> int:
         for t in target.values():
             t.zero_()
         prompt = token_ids(args.tokens, first_token)
-        op = LoadStoreOp(
-            token_ids=prompt, block_ids=target_blocks, start=0, end=args.tokens
-        )
+        op = harness.load_store_op(prompt, target_blocks, 0, args.tokens)
         started = time.perf_counter()
         error = ""
         try:
             destination.submit_retrieve_request(
-                request_id, op, recorded_event(destination, device.type)
+                request_id, op, harness.recorded_event(destination, device.type)
             )
             future, _ = destination.retrieve_futures[request_id]
             ok = bool(future.result(timeout=args.mq_timeout))

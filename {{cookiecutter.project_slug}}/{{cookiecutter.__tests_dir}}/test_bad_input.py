@@ -73,8 +73,7 @@ BAD_KV = textwrap.dedent(
     import lmcache, torch, zmq
     from lmcache.integration.vllm import vllm_multi_process_adapter as mp
     from {{ cookiecutter.__package }}._lmcache_compat import (
-        recorded_event,
-        register_kv_caches,
+        harness,
     )
 
     url, fault = sys.argv[1], sys.argv[2]
@@ -106,12 +105,12 @@ BAD_KV = textwrap.dedent(
     )
     outcome = {"registered": False, "stored": None, "error": ""}
     try:
-        register_kv_caches(adapter, kv)
+        harness.register_kv_caches(adapter, kv)
         outcome["registered"] = True
-        op = mp.LoadStoreOp(
-            token_ids=list(range(64)), block_ids=[[0, 1, 2, 3]], start=0, end=64
-        )
-        adapter.submit_store_request(model, op, recorded_event(adapter, __DEVICE__))
+        tokens = list(range(64))
+        op = harness.load_store_op(tokens, [[0, 1, 2, 3]], 0, 64)
+        event = harness.recorded_event(adapter, __DEVICE__)
+        adapter.submit_store_request(model, op, event)
         outcome["stored"] = bool(adapter.store_futures[model].result(timeout=10))
     except Exception as exc:
         outcome["error"] = f"{type(exc).__name__}: {exc}"

@@ -15,7 +15,7 @@ paths, capability names, wire formats). Every other module imports LMCache
 names from this package, so supporting a new release means editing it and
 re-running the tests, nowhere else.
 
-Supported: ``{{ cookiecutter._lmcache_requirement }}`` (tested: lmcache {{ cookiecutter._lmcache_tested | join(", ") }}; the
+Supported: ``{{ cookiecutter.__lmcache_requirement }}`` (tested: lmcache {{ cookiecutter._lmcache_tested | join(", ") }}; the
 ``pyproject.toml`` requirement is the same range). Differences are chosen by
 feature detection, never by comparing version numbers:
 {%- endif %}
@@ -27,8 +27,11 @@ feature detection, never by comparing version numbers:
   msgspec allowlist from 0.5.6 on
   (``HAS_WIRE_ALLOWLIST``{{ "; ``wire.py`` registers this plugin's type there" if cookiecutter.ownership == "wheel" else "" }});
 {%- if cookiecutter.lmcache_driven != 'no' %}
-* the KV layouts LMCache's baseline understands (``kv_layout.py``).
+* the KV layouts LMCache's baseline understands (``kv_layout.py``);
 {%- endif %}
+* how the harness (the tests' workers and scheduler
+  {%- if cookiecutter.ownership == 'wheel' %}, ``doctor --server``{% endif %}) calls
+  LMCache's vLLM adapters (``harness.py``; what it takes: ``harness_surface.py``).
 {%- if cookiecutter.ownership == 'wheel' %}
 
 Importing it changes nothing: the release check (``check_lmcache_version``)
@@ -53,12 +56,10 @@ are resolved on first use through the module ``__getattr__`` below.
 from __future__ import annotations
 
 # Standard
-from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 import importlib
 import importlib.util
-import inspect
 {%- if cookiecutter.ownership == 'wheel' %}
 import logging
 import os
@@ -137,14 +138,12 @@ __all__ = [
     "auto_transfer_mode",
     "init_logger",
     "lazy",
-    "recorded_event",
-    "register_kv_caches",
     "torch_ops",
 ]
 {%- if cookiecutter.ownership == 'wheel' %}
 
 #: The requirement ``pyproject.toml`` declares; keep the two identical.
-SUPPORTED_LMCACHE = "{{ cookiecutter._lmcache_requirement }}"
+SUPPORTED_LMCACHE = "{{ cookiecutter.__lmcache_requirement }}"
 #: Releases the conformance suite has passed on (oldest first).
 TESTED_LMCACHE_VERSIONS = ({% for v in cookiecutter._lmcache_tested %}{{ v | tojson }}{{ ", " if not loop.last else ("," if loop.length == 1 else "") }}{% endfor %})
 {%- endif %}
@@ -187,10 +186,18 @@ def _resolve(candidates: tuple[Location, ...]) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    """Resolve LMCache names on first use, after ``import lmcache`` has finished."""
-    if name not in NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = _resolve(NAMES[name])
+    """Resolve LMCache names on first use, after ``import lmcache`` has finished (the
+    harness's from ``harness_surface``, imported then: the plugin never needs it)."""
+    if name in NAMES:
+        locations = NAMES[name]
+    else:
+        # Local
+        from .harness_surface import HARNESS_NAMES
+
+        if name not in HARNESS_NAMES:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        locations = HARNESS_NAMES[name]
+    value = _resolve(locations)
     globals()[name] = value
     return value
 
@@ -216,39 +223,6 @@ class PortableDeviceSpec(DeviceSpec):
     def is_handle_transfer_available(self) -> bool:
         """The 0.5.4/0.5.5 spelling of :meth:`is_lmcache_driven_available`."""
         return self.is_lmcache_driven_available()
-
-
-def register_kv_caches(
-    adapter: Any, kv_caches: dict[str, Any], engine_group_infos: Sequence[Any] = ()
-) -> None:
-    """Register a worker's (NHD) KV caches with LMCache's ``LMCacheMPWorkerAdapter``.
-
-    ``engine_group_infos``: LMCache's ``EngineGroupInfo`` per engine group of a
-    hybrid model (none: one group). lmcache 0.5.5+ take layout hints; 0.5.4 has
-    no such argument and assumes NHD.
-    """
-    if "layout_hints" in inspect.signature(adapter.register_kv_caches).parameters:
-        adapter.register_kv_caches(
-            kv_caches, engine_group_infos, layout_hints={"kv_layout": "NHD"}
-        )
-    else:
-        adapter.register_kv_caches(kv_caches, engine_group_infos)
-
-
-def recorded_event(adapter: Any, device_type: str) -> Any:
-    """The ordering event a vLLM worker hands to a store or retrieve request.
-
-    lmcache 0.5.5+ create it (``create_recorded_event``); with 0.5.4 the vLLM
-    connector records an interprocess event on the device's current stream.
-    """
-    if hasattr(adapter, "create_recorded_event"):
-        return adapter.create_recorded_event()
-    # Third Party
-    import torch
-
-    event = getattr(torch, device_type).Event(interprocess=True)
-    event.record()
-    return event
 
 
 def auto_transfer_mode(spec: DeviceSpec) -> str:

@@ -11,7 +11,8 @@ Each entry names the releases it is known for: ``first`` and ``last`` bound them
 releases, to be removed once no supported release needs it.
 
 Must import nothing: it is read before LMCache is importable, and by tools that
-only inspect it.
+only inspect it. What the harness (the tests' worker, scheduler and servers)
+takes from LMCache is declared the same way, in ``harness_surface.py``.
 """
 
 # Future
@@ -21,6 +22,17 @@ from __future__ import annotations
 Location = tuple[str, str | None, str | None, str | None]
 #: (member, first release that has it, last release that has it)
 Member = tuple[str, str | None, str | None]
+#: How a callable is called: (positional arguments: their names as LMCache declares
+#: them, or only how many; keyword arguments; first release; last release).
+Shape = tuple[tuple[str, ...] | int, tuple[str, ...], str | None, str | None]
+
+
+def always(
+    positional: tuple[str, ...] | int, keywords: tuple[str, ...] = ()
+) -> tuple[Shape, ...]:
+    """A call shape every release takes."""
+    return ((positional, keywords, None, None),)
+
 
 # Where each name lives, newest release first; the first location that exists
 # wins. The guide ("Adding a New Device Backend") names some differently; the
@@ -62,6 +74,8 @@ NAMES: dict[str, tuple[Location, ...]] = {
     "detect_device": (
         ("lmcache.v1.platform._device_detect", "_detect_device", None, None),
     ),
+    # 0.5.6+: the closed wire allowlist LMCache-driven wrappers travel through.
+    "ipc_wire": (("lmcache.v1.platform.base.ipc_wire", None, "0.5.6", None),),
     # Private: the baseline's pointer-mode copy library (tests check it never loads).
     "baseline_copy_module": (
         ("lmcache.v1.platform.torch_ops._tensor_from_ptr", None, "0.5.6", None),
@@ -224,21 +238,22 @@ CLASSES: dict[str, tuple[str, str, str, tuple[Member, ...]]] = {
 {%- endif %}
 }
 
-#: LMCache callables this backend calls, and how: (positional arguments, keywords).
-CALLS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "init_logger": (1, ()),
-    "resolve_device_ops": (1, ()),
-    "torch_ops.lmcache_memcpy_async": (6, ()),
-    "torch_ops.multi_layer_block_kv_transfer": (9, ()),
+#: LMCache callables this backend calls, and how, newest release first: the first
+#: shape that binds wins; one that binds on no shape is a call that would fail.
+CALLS: dict[str, tuple[Shape, ...]] = {
+    "init_logger": always(1),
+    "resolve_device_ops": always(1),
+    "torch_ops.lmcache_memcpy_async": always(6),
+    "torch_ops.multi_layer_block_kv_transfer": always(9),
 {%- if cookiecutter.lmcache_driven != 'no' %}
-    "torch_ops.record_completion_on_stream": (3, ()),
-    "torch_ops.record_event_on_stream": (5, ()),
-    "normalize_and_discover_per_layer_formats": (4, ()),
-    "engine_group_layer_indices": (1, ()),
-    "get_group_data_ptrs": (3, ()),
-    "infer_kv_dtype": (3, ()),
-    "kv_format_spec": (1, ()),
-    "KVLayerGroupsManager": (
+    "torch_ops.record_completion_on_stream": always(3),
+    "torch_ops.record_event_on_stream": always(5),
+    "normalize_and_discover_per_layer_formats": always(4),
+    "engine_group_layer_indices": always(1),
+    "get_group_data_ptrs": always(3),
+    "infer_kv_dtype": always(3),
+    "kv_format_spec": always(1),
+    "KVLayerGroupsManager": always(
         1,
         (
             "engine_kv_formats",
@@ -247,7 +262,7 @@ CALLS: dict[str, tuple[int, tuple[str, ...]]] = {
             "separate_object_groups",
         ),
     ),
-    "BaseCacheContext.__init__": (
+    "BaseCacheContext.__init__": always(
         1,
         (
             "kv_caches",
@@ -258,7 +273,7 @@ CALLS: dict[str, tuple[int, tuple[str, ...]]] = {
             "lmcache_tokens_per_chunk",
         ),
     ),
-    "DefaultEventIPCBackend.__init__": (1, ("event_module", "device_type")),
+    "DefaultEventIPCBackend.__init__": always(1, ("event_module", "device_type")),
 {%- endif %}
 }
 
@@ -267,8 +282,6 @@ CALLS: dict[str, tuple[int, tuple[str, ...]]] = {
 SHIMS: dict[str, tuple[str, str]] = {
     "is_handle_transfer_available, the old spelling": ("PortableDeviceSpec", "0.5.5"),
     "auto is LMCache-driven for CUDA only": ("auto_transfer_mode", "0.5.5"),
-    "register_kv_caches without layout hints": ("register_kv_caches", "0.5.4"),
-    "the connector records the worker's event": ("recorded_event", "0.5.4"),
 {%- if cookiecutter.lmcache_driven != 'no' %}
     "per-layer rebuild of paged caches": (
         "kv_layout.paged_layers_for_baseline",

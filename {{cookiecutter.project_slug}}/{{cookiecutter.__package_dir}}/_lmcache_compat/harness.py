@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""How the harness calls LMCache's vLLM adapters on every supported release.
+
+Why a module of its own: LMCache's vLLM multiprocess adapter moves between
+releases under the harness, not under the plugin: lmcache 0.5.7 takes token ids
+packed (``lmcache.v1.multiprocess.token_codec``) where 0.5.6 took lists; 0.5.5
+added layout hints and the recorded event. The harness: the suite's worker
+ranks and scheduler{% if cookiecutter.ownership == 'wheel' %}, and ``doctor --server``{% endif %}.
+Each difference is chosen here by feature detection, never by version number;
+``harness_surface.py`` declares what the harness takes from LMCache and the
+last release each shim serves.
+
+Imports LMCache only inside its functions, after ``import lmcache``: LMCache
+never imports this module.
+"""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from collections.abc import Sequence
+from typing import Any
+import functools
+import inspect
+
+# Local
+from . import lazy
+
+
+@functools.cache
+def packs_tokens() -> bool:
+    """lmcache 0.5.7+: requests carry token ids packed (``LoadStoreOp.token_bytes``)."""
+    return "token_bytes" in inspect.signature(lazy("LoadStoreOp")).parameters
+
+
+def packed_tokens(token_ids: Sequence[int]) -> Any:
+    """Token ids as the installed adapter takes them in lookups and lock releases:
+    packed bytes from 0.5.7 on (``pack_token_ids``), a list before."""
+    if packs_tokens():
+        return lazy("pack_token_ids")(list(token_ids))
+    return list(token_ids)
+
+
+def load_store_op(
+    token_ids: Sequence[int], block_ids: list[list[int]], start: int, end: int
+) -> Any:
+    """LMCache's ``LoadStoreOp`` for one store or retrieve of ``token_ids[start:end]``
+    into ``block_ids`` (one list per engine group)."""
+    field = "token_bytes" if packs_tokens() else "token_ids"
+    tokens = {field: packed_tokens(token_ids)}
+    return lazy("LoadStoreOp")(**tokens, block_ids=block_ids, start=start, end=end)
+
+
+#: An engine-driven worker's sub-path, by LMCache's transport class: the server's
+#: SHM pool, or KV bytes in the messages (pickled up to 0.5.6, inline from 0.5.7).
+SUB_PATHS = {
+    "EngineDrivenContextShm": "SHM",
+    "EngineDrivenContextInline": "inline",
+    "EngineDrivenContextPickle": "pickle",
+}
+
+
+def engine_sub_path(transfer_ctx: Any) -> str:
+    """``SHM``, ``inline`` or ``pickle``: how an engine-driven worker's KV bytes
+    travel (its ``transfer_ctx``, after registration); a class name otherwise."""
+    try:
+        context = transfer_ctx.engine_driven_context
+    except (AttributeError, RuntimeError):  # LMCache-driven, or not registered
+        return type(transfer_ctx).__name__
+    for name, sub_path in SUB_PATHS.items():
+        try:
+            if isinstance(context, lazy(name)):
+                return sub_path
+        except ImportError:  # another release's transport
+            continue
+    return type(context).__name__
+
+
+def register_kv_caches(
+    adapter: Any, kv_caches: dict[str, Any], engine_group_infos: Sequence[Any] = ()
+) -> None:
+    """Register a worker's (NHD) KV caches with LMCache's ``LMCacheMPWorkerAdapter``.
+
+    ``engine_group_infos``: LMCache's ``EngineGroupInfo`` per engine group of a
+    hybrid model (none: one group). lmcache 0.5.5+ take layout hints; 0.5.4 has
+    no such argument and assumes NHD.
+    """
+    if "layout_hints" in inspect.signature(adapter.register_kv_caches).parameters:
+        adapter.register_kv_caches(
+            kv_caches, engine_group_infos, layout_hints={"kv_layout": "NHD"}
+        )
+    else:
+        adapter.register_kv_caches(kv_caches, engine_group_infos)
+
+
+def recorded_event(adapter: Any, device_type: str) -> Any:
+    """The ordering event a vLLM worker hands to a store or retrieve request.
+
+    lmcache 0.5.5+ create it (``create_recorded_event``); with 0.5.4 the vLLM
+    connector records an interprocess event on the device's current stream.
+    """
+    if hasattr(adapter, "create_recorded_event"):
+        return adapter.create_recorded_event()
+    # Third Party
+    import torch
+
+    event = getattr(torch, device_type).Event(interprocess=True)
+    event.record()
+    return event

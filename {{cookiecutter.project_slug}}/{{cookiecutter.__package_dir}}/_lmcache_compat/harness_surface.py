@@ -1,0 +1,160 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""What the harness takes from LMCache, declared once, as data, beside the plugin's.
+
+The harness drives LMCache as vLLM and an operator do: the test suite's worker
+ranks, scheduler and ``lmcache server`` processes
+{%- if cookiecutter.ownership == 'wheel' %}, and ``doctor --server``{% endif %}.
+LMCache never loads it, but when LMCache moves what it uses, every end-to-end
+test fails as if the plugin had broken. So it is declared as the plugin's own
+interface is (``surface.py``: the same formats and release bounds)
+{%- if cookiecutter.ownership == 'wheel' %},
+checked by ``doctor --api`` and named as the harness's in the canary's report
+{%- endif %}.
+Its shims for older releases are in ``harness.py``.
+
+Must import nothing but ``surface``'s types: it is read before LMCache is
+importable.
+"""
+
+# Future
+from __future__ import annotations
+
+# Local
+from .surface import Location, Shape, always
+
+ADAPTER = "lmcache.integration.vllm.vllm_multi_process_adapter"
+TRANSFER = "lmcache.v1.multiprocess.transfer_context"
+TYPES = "lmcache.v1.multiprocess.custom_types"
+GRPC = "lmcache.v1.multiprocess.transport.grpc_impl"
+
+#: Where each name lives, newest release first (``surface.NAMES``'s format).
+HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
+    # vLLM's side of the multiprocess protocol: worker ranks, the scheduler, requests.
+    "vllm_multi_process_adapter": ((ADAPTER, None, None, None),),
+    "LMCacheMPWorkerAdapter": ((ADAPTER, "LMCacheMPWorkerAdapter", None, None),),
+    "LMCacheMPSchedulerAdapter": ((ADAPTER, "LMCacheMPSchedulerAdapter", None, None),),
+    "ParallelStrategy": ((ADAPTER, "ParallelStrategy", None, None),),
+    "LoadStoreOp": ((ADAPTER, "LoadStoreOp", None, None),),
+    # The ``lmcache.mp.*`` keys of an adapter's extra_config (CONFIG_KEYS).
+    "ExtraConfigDefault": ((ADAPTER, "ExtraConfigDefault", None, None),),
+    # 0.5.7 passes token ids packed (LoadStoreOp.token_bytes, lookups), not as lists.
+    "pack_token_ids": (
+        ("lmcache.v1.multiprocess.token_codec", "pack_token_ids", "0.5.7", None),
+    ),
+    "EngineGroupInfo": (
+        ("lmcache.v1.multiprocess.group_view", "EngineGroupInfo", None, None),
+    ),
+    # An engine-driven worker's transport: the server's SHM pool, or the messages
+    # (pickled up to 0.5.6, LMCache's own tensor encoding from 0.5.7).
+    "EngineDrivenContextShm": (
+        (f"{TRANSFER}.shm", "EngineDrivenContextShm", None, None),
+    ),
+    "EngineDrivenContextInline": (
+        (f"{TRANSFER}.inline", "EngineDrivenContextInline", "0.5.7", None),
+    ),
+    "EngineDrivenContextPickle": (
+        (f"{TRANSFER}.pickle", "EngineDrivenContextPickle", None, "0.5.6"),
+    ),
+    # The server's command line (SERVER_FLAGS).
+    "ServerCommand": (("lmcache.cli.commands.server", "ServerCommand", None, None),),
+    # What the conformance tests call directly, as LMCache's server and workers do.
+    "get_device_spec": (("lmcache.v1.platform", "get_device_spec", None, None),),
+    "wrap_kv_caches": (("lmcache.v1.platform.kv_wrap", "wrap_kv_caches", None, None),),
+    "create_cache_context": (
+        ("lmcache.v1.platform.cache_context", "create_cache_context", None, None),
+    ),
+    "create_transfer_context": (
+        (f"{TRANSFER}.worker_transfer", "create_transfer_context", None, None),
+    ),
+    "gather_paged_kv_to_cpu": (
+        (f"{TRANSFER}.base", "gather_paged_kv_to_cpu", None, None),
+    ),
+    "scatter_cpu_to_paged_kv": (
+        (f"{TRANSFER}.base", "scatter_cpu_to_paged_kv", None, None),
+    ),
+    "detect_block_transfer_accepts_tensor": (
+        (f"{TRANSFER}.base", "_detect_block_transfer_accepts_tensor", None, None),
+    ),
+    "KVCache": ((TYPES, "KVCache", None, None),),
+    "get_customized_encoder": ((TYPES, "get_customized_encoder", None, None),),
+    "get_customized_decoder": ((TYPES, "get_customized_decoder", None, None),),
+    "grpc_common_pb2": ((f"{GRPC}._proto_gen.common_pb2", None, "0.5.5", None),),
+    "get_message_codecs": (
+        (f"{GRPC}.codecs.common", "get_message_codecs", "0.5.6", None),
+    ),
+}
+
+#: How the harness calls LMCache (``surface.CALLS``'s format): a class or method
+#: whose fields or parameters moved is a call that no longer binds.
+HARNESS_CALLS: dict[str, tuple[Shape, ...]] = {
+    "LoadStoreOp": (
+        ((), ("token_bytes", "block_ids", "start", "end"), "0.5.7", None),
+        ((), ("token_ids", "block_ids", "start", "end"), None, "0.5.6"),
+    ),
+    "LMCacheMPSchedulerAdapter.maybe_submit_lookup_request": (
+        (("self", "request_id", "packed_token_ids"), (), "0.5.7", None),
+        (("self", "request_id", "token_ids"), (), None, "0.5.6"),
+    ),
+    "LMCacheMPSchedulerAdapter.free_lookup_locks": (
+        (("self", "packed_token_ids", "start", "end", "request_id"), (), "0.5.7", None),
+        (("self", "token_ids", "start", "end", "request_id"), (), None, "0.5.6"),
+    ),
+    "pack_token_ids": ((("token_ids",), (), "0.5.7", None),),
+    "LMCacheMPSchedulerAdapter.check_lookup_result": always(("self", "request_id")),
+    "LMCacheMPSchedulerAdapter.end_session": always(("self", "request_id")),
+    "LMCacheMPSchedulerAdapter": always(5, ("extra_config",)),
+    "LMCacheMPWorkerAdapter": always(5, ("extra_config",)),
+    "LMCacheMPWorkerAdapter.submit_store_request": always(
+        ("self", "request_id", "op", "event")
+    ),
+    "LMCacheMPWorkerAdapter.submit_retrieve_request": always(
+        ("self", "request_id", "op", "event")
+    ),
+    "ParallelStrategy": always(
+        0,
+        ("mla_only", "vllm_world_size", "vllm_worker_id", "tp_size", "pp_size")
+        + ("n_servers",),
+    ),
+    "EngineGroupInfo": always(2, ("tokens_per_block", "sw_size_tokens")),
+    "create_cache_context": always(
+        ("kv_caches", "lmcache_tokens_per_chunk", "layout_hints"),
+        ("engine_group_infos", "separate_object_groups"),
+    ),
+    "wrap_kv_caches": always(("kv_caches",)),
+}
+
+#: The ``lmcache server`` flags the suite passes (tests/_servers.py refuses any other),
+#: with the releases each holds for: (first, last).
+SERVER_FLAGS: dict[str, tuple[str | None, str | None]] = {
+    flag: (None, None)
+    for flag in (
+        "--host",
+        "--port",
+        "--http-host",
+        "--http-port",
+        "--l1-size-gb",
+        "--eviction-policy",
+        "--chunk-size",
+        "--max-workers",
+        "--supported-transfer-mode",
+        "--shm-name",
+        "--no-l1-use-lazy",
+        "--separate-object-groups",
+    )
+}
+
+#: The adapters' ``extra_config`` keys the harness sets (an unknown key is ignored,
+#: silently: a timeout would fall back to LMCache's 300 s default), with the releases
+#: each holds for: (first, last).
+CONFIG_KEYS: dict[str, tuple[str | None, str | None]] = {
+    "lmcache.mp.mq_timeout": (None, None),
+    "lmcache.mp.heartbeat_interval": (None, None),
+    "lmcache.mp.mp_transfer_mode": (None, None),
+}
+
+#: Harness code that serves older releases only: what, where, the last release.
+HARNESS_SHIMS: dict[str, tuple[str, str]] = {
+    "token ids as lists": ("harness.packed_tokens", "0.5.6"),
+    "register_kv_caches without layout hints": ("harness.register_kv_caches", "0.5.4"),
+    "the connector records the worker's event": ("harness.recorded_event", "0.5.4"),
+}
