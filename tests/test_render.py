@@ -413,6 +413,21 @@ def test_rendered_ci_workflow_runs_existing_nox_sessions_on_every_tested_lmcache
     assert "${{ matrix.lmcache }}" in (project / ".github/workflows/ci.yml").read_text()
 
 
+def test_rendered_ci_tests_every_python_the_rendered_project_declares(render: Callable[..., Path]) -> None:
+    """The conformance matrix's Pythons are exactly those requires-python admits (plugin and emulator alike)."""
+    import yaml
+    from packaging.specifiers import SpecifierSet
+
+    project = render()
+    declared = SpecifierSet(pyproject(project)["project"]["requires-python"])
+    emulator = tomllib.loads((project / "emulator" / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert SpecifierSet(emulator) == declared
+    admitted = [f"3.{minor}" for minor in range(6, 20) if declared.contains(f"3.{minor}.0")]
+    workflow = yaml.safe_load((project / ".github/workflows/ci.yml").read_text())
+    assert workflow["jobs"]["conformance"]["strategy"]["matrix"]["python"] == admitted
+    assert "${{ matrix.python }}" in (project / ".github/workflows/ci.yml").read_text()
+
+
 def test_rendered_ci_runs_a_weekly_canary_on_lmcache_main_and_newest_and_keeps_its_report(
     render: Callable[..., Path],
 ) -> None:

@@ -81,11 +81,12 @@ NAMES: dict[str, tuple[Location, ...]] = {
         ("lmcache.v1.platform.torch_ops._tensor_from_ptr", None, "0.5.6", None),
         ("lmcache.v1.platform.torch_ops", None, None, "0.5.5"),
     ),
-{%- if cookiecutter.lmcache_driven != 'no' %}
-    # LMCache-driven transfer (IPC wrapper, cache context, event IPC, pinning):
+    # The IPC wrapper base (LMCache-driven transfer; its tests run in every render).
     "DeviceIPCWrapper": (
         ("lmcache.v1.platform.base.ipc_wrapper", "DeviceIPCWrapper", None, None),
     ),
+{%- if cookiecutter.lmcache_driven != 'no' %}
+    # LMCache-driven transfer (cache context, event IPC, pinning):
     "BaseCacheContext": (
         ("lmcache.v1.platform.base.cache_context", "BaseCacheContext", None, None),
     ),
