@@ -73,6 +73,7 @@ EXPECTED_FILES = {
     "tests/lmcache_contract.py",
     "tests/lmcache_contract.toml",
     "tests/soak.py",
+    "tests/test_backend_shape.py",
     "tests/test_bad_input.py",
     "tests/test_cache_context.py",
     "tests/test_canary.py",
