@@ -97,6 +97,6 @@ def run_canary(
                 "--work", str(canary), *chosen, env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
     outcome = count(session, canary / "suite.xml", device_present=True)
     contract = [count(session, junit, device_present=True) for junit in sorted(canary.glob("contract/contract-*.xml"))]
-    outcome.also = (f"canary: doctor --api and LMCache's own tests ({' + '.join(suites or ('platform',))}): "
+    outcome.also = (f"canary: doctor --api ✓, LMCache's own tests ({' + '.join(suites or ('platform',))}): "
                     f"{sum(o.passed for o in contract)} passed, {sum(o.skipped for o in contract)} skipped")  # fmt: skip
     return outcome
