@@ -48,7 +48,8 @@ def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
             with timings.step("build, inspect and install the wheel (and the emulator's)"):
                 install_render(session, env, project)
             with timings.step("server-free suite") as step:
-                step.result = str(run_suite(session, env, tests, work, env_vars, device_present=emulator))
+                step.result = str(run_suite(session, env, tests, work, env_vars, device_present=emulator,
+                                            serial=not emulator))  # fmt: skip
             return
         patches = wire_patches(project)
         if (ctx["lmcache_driven"] != "no") != bool(patches):
@@ -60,7 +61,8 @@ def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
                 install_emulator(session, env, project)
         with timings.step("overlay onto lmcache; server-free suite") as step:
             with env.overlaid(session, project, ctx["backend_name"]):
-                outcome = run_suite(session, env, tests, work, env_vars, device_present=emulator, own_settings=False)
+                outcome = run_suite(session, env, tests, work, env_vars, device_present=emulator, own_settings=False,
+                                    serial=not emulator)  # fmt: skip
             step.result = str(outcome)
 
 

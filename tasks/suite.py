@@ -32,18 +32,19 @@ class Outcome:
 
 def run_suite(
     session: nox.Session, env: ReleaseEnv, tests: list[Path], work: Path, env_vars: dict[str, str | None],
-    *, device_present: bool, own_settings: bool = True,
+    *, device_present: bool, own_settings: bool = True, serial: bool = False,
 ) -> Outcome:  # fmt: skip
     """Run the suite from an empty directory (nothing may resolve to the source tree) and count it.
 
     ``own_settings``: the suite's own pytest settings apply (a wheel's pyproject);
-    otherwise PYTEST_ARGS are passed. Without a device, the device-free tests must
-    have run and the rest been skipped.
+    otherwise PYTEST_ARGS are passed. ``serial``: one process (a few device-free
+    tests cost less than starting xdist's workers). Without a device, the device-free
+    tests must have run and the rest been skipped.
     """
     run_dir = work / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     junit = work / "junit.xml"
-    extra = () if own_settings else PYTEST_ARGS
+    extra = (() if own_settings else PYTEST_ARGS) + (("-n", "0") if serial else ())
     with session.chdir(run_dir):
         env.run(session, "python", "-m", "pytest", "-p", "no:cacheprovider", "-ra", f"--junitxml={junit}", *extra,
                 *map(str, tests), env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip

@@ -49,14 +49,18 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 #: What ``nox -s generate_and_test`` proves with no arguments.
 REPRESENTATIVE = "native-lmcache-driven"
-#: LMCache's own test suites (its sdist) the representative variant runs in the release sessions (CI).
-#: ``generate_and_test`` runs only the platform suite: the multiprocess one starts servers for minutes.
+#: LMCache's own test suites (its sdist) the representative variant runs in the release sessions (CI): on the
+#: newest release and the pre-releases, where LMCache's server code is new; the platform suite alone on older
+#: releases and in ``generate_and_test`` (the multiprocess one starts servers for one to two minutes).
 CONTRACT_SUITES = ("platform", "multiprocess")
 #: What ``lmcache_releases`` proves on a release older than the newest (``-- all``: every wheel variant):
 #: the variants whose code differs by release. The compat layer's capability spellings, wire format
 #: (pickle before 0.5.6) and transfer-mode resolution all run in the representative pass; the spec
 #: without LMCache-driven transfer is the other shape the compat layer must serve.
 OLDER_RELEASE_VARIANTS = [REPRESENTATIVE, "engine-driven"]
+#: What ``lmcache_releases`` proves on a pre-release (``-- all``, ``-- engine-driven``: more): the representative
+#: variant has every rendered module and both transfer modes; its canary covers LMCache's interface.
+PRERELEASE_VARIANTS = [REPRESENTATIVE]
 #: The variant whose suite runs through the rendered project's own noxfile (as its CI workflow calls it).
 VENDOR_NOXFILE = "engine-driven"
 #: Combinations the pre-generation hook refuses (tests/test_hooks.py proves each refusal).
