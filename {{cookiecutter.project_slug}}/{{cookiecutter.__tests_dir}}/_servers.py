@@ -85,33 +85,11 @@ def shm_entries() -> set[str]:
 
 
 def new_shm_entries(before: set[str]) -> list[str]:
-    """/dev/shm entries created since ``before`` that no other program holds, except
-    the SHM pools of the suite's own servers.
-
-    Another suite may run beside this one (CI runs several at once): an entry it has
-    open or mapped is its own, not one this run left behind; an entry no process
-    holds, or a process of this run does, is this run's."""
-    new = [n for n in shm_entries() - before if not n.startswith(SHM_POOL_PREFIX)]
-    ours = {n for n in new if not _held_by_another_run(f"/dev/shm/{n}")}
-    return sorted(ours & shm_entries())  # and still there: not a transient one
-
-
-def _held_by_another_run(path: str) -> bool:
-    """Whether a live process without this run's ``SUITE_ENV_VAR`` has ``path`` open
-    or mapped."""
-    ours = f"{_spawn.SUITE_ENV_VAR}={os.environ.get(_spawn.SUITE_ENV_VAR, '')}"
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if ours.encode() in (proc / "environ").read_bytes().split(b"\0"):
-                continue
-            fds = (os.readlink(fd) for fd in (proc / "fd").iterdir())
-            if path in (proc / "maps").read_text() or path in fds:
-                return True
-        except OSError:  # gone, or not ours to read
-            continue
-    return False
+    """/dev/shm entries created since ``before``, except the SHM pools of the suite's
+    own servers."""
+    return sorted(
+        name for name in shm_entries() - before if not name.startswith(SHM_POOL_PREFIX)
+    )
 
 
 #: Servers asked to stop and not yet reaped: waited for (killed if need be) when this

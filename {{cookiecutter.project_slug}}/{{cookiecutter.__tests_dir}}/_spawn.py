@@ -73,9 +73,6 @@ QUIET_ENV = {
     "LMCACHE_DISABLE_BANNER": "1",
     "OMP_NUM_THREADS": "1",
 }
-#: Marks the processes of one test run (conftest.py sets it): what another run beside it
-#: holds in /dev/shm is not this run's leak (``_servers.new_shm_entries``).
-SUITE_ENV_VAR = "LMCACHE_TESTS_RUN_ID"
 #: The zygote imports ``PRELOAD`` without torch's device-backend autoloading, which
 #: would load the device's extension (a vendor's, or the CPU emulator) with the zygote's
 #: environment; each child runs it itself.

@@ -85,12 +85,10 @@ if os.environ[EMULATOR_ENV_VAR] == "1":
 
 # Imports nothing heavier than the standard library.
 # Third Party
-from _spawn import QUIET_ENV, SUITE_ENV_VAR  # noqa: E402
+from _spawn import QUIET_ENV  # noqa: E402
 
 for _key, _value in QUIET_ENV.items():
     os.environ.setdefault(_key, _value)
-# Every process of this run carries it (other suites may run beside this one).
-os.environ.setdefault(SUITE_ENV_VAR, os.urandom(8).hex())
 
 # Standard
 from importlib import metadata  # noqa: E402
