@@ -39,13 +39,11 @@ import sys
 from pathlib import Path
 
 import nox
-from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tasks.checks import context  # noqa: E402
-from tasks.envs import OVERLAY, ReleaseEnv  # noqa: E402
-from tasks.lanes import run_lanes  # noqa: E402
+from tasks.envs import ReleaseEnv  # noqa: E402
 from tasks.matrix import check_combination  # noqa: E402
 from tasks.progress import timed  # noqa: E402
 from tasks.project import install_render, render  # noqa: E402
@@ -81,12 +79,6 @@ IN_TREE_VARIANTS = [name for name, variant in VARIANTS.items() if is_in_tree(var
 LIGHT = [combo for combo in matrix() if combo not in HEAVY]
 #: The releases CI proves: the newest and oldest supported, and the pre-releases (``nox -t ci``).
 CI_RELEASES = {NEWEST, OLDEST, *PRERELEASES}
-#: The sessions tagged ci, in lanes ``nox -s ci`` runs at once (tasks/lanes.py), no two on one environment.
-CI_LANES = [
-    [f"lmcache_releases({NEWEST})"],
-    ["tests", *(f"lmcache_releases({release})" for release in sorted(CI_RELEASES - {NEWEST}, key=Version))],
-    ["in_tree", "matrix"],
-]
 
 
 @nox.session(tags=["ci"])
@@ -132,7 +124,7 @@ def lmcache_releases(session: nox.Session, lmcache: str) -> None:
 @nox.session(venv_backend="none", tags=["ci"])
 def in_tree(session: nox.Session) -> None:
     """Each in-tree contribution overlaid onto the newest lmcache with its wire patch, its whole suite, undone after."""
-    prove_release(session, NEWEST, select(session, IN_TREE_VARIANTS, default=IN_TREE_VARIANTS), flavour=OVERLAY)
+    prove_release(session, NEWEST, select(session, IN_TREE_VARIANTS, default=IN_TREE_VARIANTS))
 
 
 @nox.session(name="matrix", venv_backend="none", tags=["ci"])
@@ -140,17 +132,6 @@ def in_tree(session: nox.Session) -> None:
 def matrix_session(session: nox.Session, combo: tuple[str, ...]) -> None:
     """One option combination: render, syntax, compile, ruff, mypy, wheel or wire patch, server-free suite."""
     check_combination(session, combo)
-
-
-@nox.session(venv_backend="none")
-def ci(session: nox.Session) -> None:
-    """What CI runs: the sessions tagged ci (``nox -t ci`` runs them one after another), in lanes at once
-    (``-- --list``: the lanes)."""
-    if session.posargs == ["--list"]:
-        for number, sessions in enumerate(CI_LANES, 1):
-            print(f"lane {number}: {' '.join(sessions)}")
-        return
-    run_lanes(session, CI_LANES, ROOT / ".nox" / "ci-logs")
 
 
 @nox.session(default=False, venv_backend="none")

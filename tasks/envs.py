@@ -35,18 +35,12 @@ TOOLS = [
 ]  # fmt: skip
 
 
-#: The second environment of a release, for the sessions that overlay in-tree contributions onto its
-#: lmcache or install the option matrix's renders (``in_tree``, ``matrix``): CI runs them while the
-#: release's own session proves the wheel variants in the first (``tasks/lanes.py``).
-OVERLAY = "overlay"
-
-
 class ReleaseEnv:
-    """The environment of one lmcache release: ``.nox/lmcache-<release>/`` (``-overlay``: its second)."""
+    """The environment of one lmcache release: ``.nox/lmcache-<release>/``."""
 
-    def __init__(self, release: str, flavour: str = "") -> None:
+    def __init__(self, release: str) -> None:
         self.release = release
-        self.path = ROOT / ".nox" / "-".join(filter(None, ("lmcache", release, flavour)))
+        self.path = ROOT / ".nox" / f"lmcache-{release}"
         self.bin = self.path / "bin"
         self.python = str(self.bin / "python")
 

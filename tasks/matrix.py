@@ -16,7 +16,7 @@ from pathlib import Path
 import nox
 
 from tasks.checks import context
-from tasks.envs import OVERLAY, ReleaseEnv, overlay_in_tree, wire_patches
+from tasks.envs import ReleaseEnv, overlay_in_tree, wire_patches
 from tasks.progress import timed
 from tasks.project import check_statically, emulator_distribution, install_emulator, install_render, render
 from tasks.suite import run_suite
@@ -30,7 +30,7 @@ UNIT_SUITE = (
 
 
 def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
-    env = ReleaseEnv(NEWEST, OVERLAY)
+    env = ReleaseEnv(NEWEST)
     work = Path(session.create_tmp()).resolve() / combination_id(combo)
     variant = dict(zip(OPTIONS, combo, strict=True))
     with timed(session, f"matrix {combination_id(combo)}") as timings:

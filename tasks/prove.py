@@ -40,11 +40,11 @@ def select(session: nox.Session, names: list[str], default: list[str]) -> list[s
 
 
 def prove_release(
-    session: nox.Session, release: str, names: list[str], contract: tuple[str, ...] = ("platform",), flavour: str = ""
+    session: nox.Session, release: str, names: list[str], contract: tuple[str, ...] = ("platform",)
 ) -> None:
     """Prove ``names`` one after another in the environment of ``release``, with progress and a timing
     table; the representative variant also runs LMCache's own ``contract`` suites (multiprocess: minutes)."""
-    env = ReleaseEnv(release, flavour)
+    env = ReleaseEnv(release)
     work = Path(session.create_tmp()).resolve()
     with timed(session, f"lmcache {release}") as timings:
         with timings.step(f"environment: CPU torch + lmcache {release}") as step:
