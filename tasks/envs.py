@@ -35,6 +35,12 @@ TOOLS = [
 ]  # fmt: skip
 
 
+#: Nothing is compiled at install (below); Python writes the bytecode of what is imported, once, unless
+#: PYTHONDONTWRITEBYTECODE is set (as on this machine and in CI): then every process compiled torch's and
+#: LMCache's modules again (2-3 s of CPU each; the suite starts about eighty). Unset for what runs here.
+BYTECODE: dict[str, str | None] = {"PYTHONDONTWRITEBYTECODE": None}
+
+
 class ReleaseEnv:
     """The environment of one lmcache release: ``.nox/lmcache-<release>/``."""
 
@@ -89,7 +95,7 @@ class ReleaseEnv:
         """Run ``program`` from this environment (a bare name is looked up in its bin/)."""
         if os.sep not in program:
             program = self.command(program)
-        env = {"PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(self.path)}
+        env = {"PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(self.path), **BYTECODE}
         env.update(kwargs.pop("env", None) or {})  # type: ignore[call-overload]
         return session.run(program, *args, external=True, env=env, **kwargs)  # type: ignore[arg-type,call-overload]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import nox
 
 from tasks.checks import context
-from tasks.envs import TORCH, ReleaseEnv
+from tasks.envs import BYTECODE, TORCH, ReleaseEnv
 from tasks.progress import timed
 from tasks.project import build_wheel, check_statically, emulator_distribution, install_emulator, install_wheel, render
 from tasks.suite import Outcome, count, run_canary, run_contract, run_suite
@@ -115,7 +115,8 @@ def emulator_built_meanwhile(env: ReleaseEnv, project: Path, ctx: dict) -> Itera
     source = project / ctx["__emulator_dir"] / "src"
     package = ctx["__emulator_package"]
     code = f"import sys; sys.path.insert(0, {str(source)!r}); import {package}; {package}.load()"
-    build = subprocess.Popen([env.python, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"},
+    environ = {key: value for key, value in {**os.environ, "OMP_NUM_THREADS": "1", **BYTECODE}.items() if value is not None}
+    build = subprocess.Popen([env.python, "-c", code], env=environ,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         yield
