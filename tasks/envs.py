@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +40,8 @@ TOOLS = [
 #: PYTHONDONTWRITEBYTECODE is set (as on this machine and in CI): then every process compiled torch's and
 #: LMCache's modules again (2-3 s of CPU each; the suite starts about eighty). Unset for what runs here.
 BYTECODE: dict[str, str | None] = {"PYTHONDONTWRITEBYTECODE": None}
+#: How much of a failed command's log is printed (the whole log stays on disk).
+LOG_TAIL = 300
 
 
 class ReleaseEnv:
@@ -98,6 +101,21 @@ class ReleaseEnv:
         env = {"PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(self.path), **BYTECODE}
         env.update(kwargs.pop("env", None) or {})  # type: ignore[call-overload]
         return session.run(program, *args, external=True, env=env, **kwargs)  # type: ignore[arg-type,call-overload]
+
+    def run_logged(self, session: nox.Session, log: Path, program: str, *args: str, **kwargs: object) -> str:
+        """``run``, its output (LMCache's log lines, third-party warnings, pytest's report) written to ``log``
+        and named, not printed, and returned; when the command fails, its last lines are printed too."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        session.log(f"output: {log}")
+        with log.open("w") as out:
+            try:
+                self.run(session, program, *args, stdout=out, stderr=subprocess.STDOUT, **kwargs)
+            except nox.command.CommandFailed:
+                out.flush()
+                tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL:]
+                print(f"--- the last {len(tail)} lines of {log} ---", *tail, sep="\n", file=sys.stderr)
+                raise
+        return log.read_text(errors="replace")
 
     def pip(self, session: nox.Session, *args: str, **kwargs: object) -> str | bool | None:
         return self.run(session, self.python, "-m", "pip", *args, **kwargs)

@@ -20,7 +20,7 @@ from pathlib import Path
 import nox
 
 from tasks.checks import context
-from tasks.envs import BYTECODE, TORCH, ReleaseEnv
+from tasks.envs import TORCH, ReleaseEnv
 from tasks.progress import timed
 from tasks.project import build_wheel, check_statically, emulator_distribution, install_emulator, install_wheel, render
 from tasks.suite import Outcome, count, run_canary, run_contract, run_suite
@@ -76,8 +76,10 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
             registered = (
                 f"import lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY as r; s = r[{ctx['backend_name']!r}]"
             )
-            env.run(session, "python", "-c", f"{registered}; print('in-tree spec under test:', type(s).__module__)",
-                    env=env_vars)  # fmt: skip
+            said = env.run_logged(session, work / "import.log", "python", "-c",
+                                  f"{registered}; print('in-tree spec under test:', type(s).__module__)",
+                                  env=env_vars)  # fmt: skip
+            session.log(ours(said))
             return run_suite(session, env, [tests], work, env_vars, device_present=True, own_settings=False)
     assert wheel is not None
     install_wheel(session, env, wheel, project)
@@ -88,7 +90,7 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
         module = ctx["__torch_module_name"]
         installed += f"; import torch; print('torch.{module} devices:', torch.{module}.device_count())"
     with session.chdir(work):  # nothing may resolve to the source tree
-        env.run(session, "python", "-c", installed, env=env_vars)
+        session.log(ours(env.run_logged(session, work / "import.log", "python", "-c", installed, env=env_vars)))
     if name == VENDOR_NOXFILE and env.release == NEWEST:
         return run_vendor_noxfile(session, env, project, work, emulator)
     if env.release in PRERELEASES:
@@ -104,6 +106,11 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
     return outcome
 
 
+def ours(output: str) -> str:
+    """The lines our own import checks print (``... under test: ...``, ``... devices: ...``), not LMCache's log."""
+    return "\n".join(line for line in output.splitlines() if " under test: " in line or " devices: " in line)
+
+
 @contextmanager
 def emulator_built_meanwhile(env: ReleaseEnv, project: Path, ctx: dict) -> Iterator[None]:
     """Compile the render's emulator (one core) while the block runs (checks, the native build on the other).
@@ -115,8 +122,7 @@ def emulator_built_meanwhile(env: ReleaseEnv, project: Path, ctx: dict) -> Itera
     source = project / ctx["__emulator_dir"] / "src"
     package = ctx["__emulator_package"]
     code = f"import sys; sys.path.insert(0, {str(source)!r}); import {package}; {package}.load()"
-    environ = {key: value for key, value in {**os.environ, "OMP_NUM_THREADS": "1", **BYTECODE}.items() if value is not None}
-    build = subprocess.Popen([env.python, "-c", code], env=environ,
+    build = subprocess.Popen([env.python, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"},
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         yield
@@ -132,6 +138,7 @@ def run_vendor_noxfile(session: nox.Session, env: ReleaseEnv, project: Path, wor
     run_suite, not in addition to it."""
     junit = work / "junit.xml"
     with session.chdir(project):
-        env.run(session, "nox", "--envdir", str(work / "vendor-nox"), "-s", "lint", "typecheck", "build",
-                f"tests({env.release})", "--", f"--junitxml={junit}", env={"TORCH_REQUIREMENT": TORCH})  # fmt: skip
+        env.run_logged(session, work / "vendor-nox.log", "nox", "--envdir", str(work / "vendor-nox"), "-s", "lint",
+                       "typecheck", "build", f"tests({env.release})", "--", f"--junitxml={junit}",
+                       env={"TORCH_REQUIREMENT": TORCH})  # fmt: skip
     return count(session, junit, device_present=emulator)

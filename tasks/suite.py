@@ -46,9 +46,11 @@ def run_suite(
     junit = work / "junit.xml"
     extra = (() if own_settings else PYTEST_ARGS) + (("-n", "0") if serial else ())
     with session.chdir(run_dir):
-        env.run(session, "python", "-m", "pytest", "-p", "no:cacheprovider", "-ra", f"--junitxml={junit}", *extra,
-                *map(str, tests), env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
-    return count(session, junit, device_present=device_present)
+        env.run_logged(session, work / "suite.log", "python", "-m", "pytest", "-p", "no:cacheprovider", "-ra",
+                       f"--junitxml={junit}", *extra, *map(str, tests), env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
+    outcome = count(session, junit, device_present=device_present)
+    session.log(f"suite time per test file:\n{per_file(junit)}")
+    return outcome
 
 
 def count(session: nox.Session, junit: Path, *, device_present: bool) -> Outcome:
@@ -64,6 +66,19 @@ def count(session: nox.Session, junit: Path, *, device_present: bool) -> Outcome
     return outcome
 
 
+def per_file(junit: Path) -> str:
+    """Where a suite's time went, per test file: tests and the seconds they took (setup, call and teardown
+    summed over the file's tests, across parallel workers), the slowest first."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, int] = {}
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        name = case.get("classname", "?").rsplit(".", 1)[-1]
+        seconds[name] = seconds.get(name, 0.0) + float(case.get("time", 0))
+        tests[name] = tests.get(name, 0) + 1
+    lines = [f"{seconds[name]:7.1f} s  {tests[name]:4d}  {name}" for name in sorted(seconds, key=lambda n: -seconds[n])]
+    return "\n".join([f"{'time':>9}  {'tests':>4}  file (summed over workers)", *lines])
+
+
 def run_contract(
     session: nox.Session,
     env: ReleaseEnv,
@@ -77,8 +92,8 @@ def run_contract(
     out = work / "lmcache-contract"
     chosen = [argument for suite in suites for argument in ("--suite", suite)]
     with session.chdir(work):
-        env.run(session, "python", str(project / "tests" / "lmcache_contract.py"), "--work", str(out), *chosen,
-                env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
+        env.run_logged(session, out / "contract.log", "python", str(project / "tests" / "lmcache_contract.py"),
+                       "--work", str(out), *chosen, env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
     outcomes = [count(session, junit, device_present=True) for junit in sorted(out.glob("contract-*.xml"))]
     passed, skipped = sum(o.passed for o in outcomes), sum(o.skipped for o in outcomes)
     return f"LMCache's own tests ({' + '.join(suites)}): {passed} passed, {skipped} skipped"
@@ -90,12 +105,14 @@ def run_canary(
 ) -> Outcome:  # fmt: skip
     """A pre-release: the rendered canary (``tests/canary.py``, as its ``nox -s canary`` runs it): ``doctor --api``,
     the suite and LMCache's own ``suites`` (the platform one when none), its expected differences reported apart;
-    it fails on anything else. Its report is printed and kept beside the suite's JUnit report."""
+    it fails on anything else. Its report is printed and kept beside the suite's JUnit report, its output in canary.log."""
     canary = work / "canary"
     chosen = [argument for suite in suites for argument in ("--contract-suite", suite)]
     with session.chdir(work):
-        env.run(session, "python", str(project / "tests" / "canary.py"), "--report", str(work / "canary-report.md"),
-                "--work", str(canary), *chosen, env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
+        env.run_logged(session, work / "canary.log", "python", str(project / "tests" / "canary.py"),
+                       "--report", str(work / "canary-report.md"), "--work", str(canary), *chosen,
+                       env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
+        session.log(f"canary report ({work / 'canary-report.md'}):\n{(work / 'canary-report.md').read_text()}")
     outcome = count(session, canary / "suite.xml", device_present=True)
     contract = [count(session, junit, device_present=True) for junit in sorted(canary.glob("contract/contract-*.xml"))]
     outcome.also = (f"canary: doctor --api ✓, LMCache's own tests ({' + '.join(suites or ('platform',))}): "
