@@ -4,8 +4,8 @@
 Builds go through one persistent tree per environment (``sync_tree``): a new
 render replaces only the files whose content changed, so unchanged sources keep
 their timestamps and an unchanged native extension is not compiled again. A
-native wheel depends on its sources, torch and Python, not on the LMCache release
-it is installed beside, so it is built once per such key and that same wheel is
+wheel depends on its sources, torch and Python, not on the LMCache release it is
+installed beside, so it is built once per such key and that same wheel is
 installed into every release's environment (``WHEELS``), as a vendor ships one.
 """
 
@@ -32,8 +32,8 @@ from tasks.envs import ReleaseEnv
 from tasks.lmcache_style import check_contribution
 from tasks.variants import NEWEST, PRERELEASES, ROOT, answers
 
-#: Native wheels by what they are built from (sources, torch, Python): ``<key>/<wheel>``.
-WHEELS = ROOT / ".nox" / "native-wheels"
+#: Wheels by what they are built from (sources, torch, Python): ``<key>/<wheel>``.
+WHEELS = ROOT / ".nox" / "wheels"
 #: Build products that must not outlive a render (stale modules would end up in the next wheel).
 STALE_BUILD_PRODUCTS = ("build/lib*", "build/bdist*", "src/*.egg-info", "*.egg-info")
 
@@ -98,74 +98,62 @@ def build_wheel(session: nox.Session, env: ReleaseEnv, project: Path) -> Path:
     """Build the render's wheel with a PEP 517 frontend through the environment's build tree, and check it."""
     # One persistent tree per kind of build, so building a pure-Python variant in between does not
     # delete the native sources and force the next native build to compile everything again.
-    native = context(project)["native_ops"] == "yes"
-    check = lambda w: wheel_problems(w, project)  # noqa: E731
-    built = WHEELS / native_key(env, project) if native else None
-    if built is not None and built.is_dir():
-        dist = env.path / "dist"
-        shutil.rmtree(dist, ignore_errors=True)
-        dist.mkdir()
-        (cached,) = built.glob("*.whl")
-        wheel = Path(shutil.copy2(cached, dist))
-        _stop_on_problems(session, wheel, check)
-        session.log(f"wheel OK: {wheel.name} (built earlier from the same sources, torch and Python: {built.name})")
-        return wheel
-    tree = env.path / ("build-tree-native" if native else "build-tree")
-    sync_tree(project, tree)
-    wheel = _built_and_checked(session, env, tree, env.path / "dist", problems=check)
-    if built is not None:  # whole or not at all
-        partial = built.with_name(built.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        shutil.copy2(wheel, partial)
-        partial.rename(built)
+    tree = env.path / ("build-tree-native" if context(project)["native_ops"] == "yes" else "build-tree")
+    wheel = _built_and_checked(session, env, project, tree, env.path / "dist", lambda w: wheel_problems(w, project))
     session.log(f"wheel OK: {wheel.name}")
     return wheel
 
 
-def native_key(env: ReleaseEnv, project: Path) -> str:
-    """What a native wheel is built from: every file of the render, the environment's torch and its Python."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in project.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(str(path.relative_to(project)).encode() + b"\0" + path.read_bytes() + b"\0")
-    (torch,) = env.path.glob("lib/python*/site-packages/torch-*.dist-info")
-    return f"{torch.name.removesuffix('.dist-info')}-{torch.parent.parent.name}-{digest.hexdigest()[:16]}"
-
-
 def _built_and_checked(
-    session: nox.Session, env: ReleaseEnv, tree: Path, dist: Path, problems: Callable[[Path], list[str]]
+    session: nox.Session, env: ReleaseEnv, source: Path, tree: Path, dist: Path, problems: Callable[[Path], list[str]]
 ) -> Path:
-    """The wheel of ``tree``, built into an emptied ``dist`` with a PEP 517 frontend; ``problems`` stop the session.
+    """The wheel of ``source``, in an emptied ``dist``; ``problems`` stop the session.
 
-    Without isolation: native ops compile against this environment's torch, and nothing is downloaded.
+    Built through ``tree`` (``sync_tree``) with a PEP 517 frontend, without isolation
+    (native ops compile against this environment's torch, and nothing is downloaded),
+    unless a wheel of the same sources, torch and Python was built before (``WHEELS``).
     """
     shutil.rmtree(dist, ignore_errors=True)
-    env.run(
-        session, "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(tree), silent=True
-    )
-    (wheel,) = dist.glob("*.whl")
-    _stop_on_problems(session, wheel, problems)
-    return wheel
-
-
-def _stop_on_problems(session: nox.Session, wheel: Path, problems: Callable[[Path], list[str]]) -> None:
+    dist.mkdir(parents=True)
+    built = WHEELS / wheel_key(env, source)
+    if built.is_dir():
+        (cached,) = built.glob("*.whl")
+        wheel = Path(shutil.copy2(cached, dist))
+        session.log(f"{wheel.name}: built earlier from the same sources, torch and Python ({built.name})")
+    else:
+        sync_tree(source, tree)
+        env.run(session, "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(tree),
+                silent=True)  # fmt: skip
+        (wheel,) = dist.glob("*.whl")
+        partial = built.with_name(built.name + ".partial")  # kept whole or not at all
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        shutil.copy2(wheel, partial)
+        partial.rename(built)
     found = problems(wheel)
     if found:
         session.error(f"{wheel.name} check failed:\n  " + "\n  ".join(found))
+    return wheel
+
+
+def wheel_key(env: ReleaseEnv, source: Path) -> str:
+    """What a wheel is built from: every file under ``source`` (bytecode aside), the environment's torch, Python."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(source)).encode() + b"\0" + path.read_bytes() + b"\0")
+    (torch,) = env.path.glob("lib/python*/site-packages/torch-*.dist-info")
+    return f"{torch.name.removesuffix('.dist-info')}-{torch.parent.parent.name}-{digest.hexdigest()[:20]}"
 
 
 def install_emulator(session: nox.Session, env: ReleaseEnv, project: Path) -> None:
     """Build the render's CPU emulator (its own distribution) with a PEP 517 frontend, check it, install it.
 
-    Built from a copy, so the render keeps no build products; installed without its dependencies (torch and
-    ninja are there already: a resolver could only replace the CPU torch).
+    Built through a tree of its own, so the render keeps no build products; installed without its dependencies
+    (torch and ninja are there already: a resolver could only replace the CPU torch).
     """
-    ctx = context(project)
-    tree = env.path / "build-tree-emulator"
-    shutil.rmtree(tree, ignore_errors=True)
-    shutil.copytree(project / ctx["__emulator_dir"], tree)
-    dist = env.path / "dist-emulator"
-    wheel = _built_and_checked(session, env, tree, dist, problems=lambda w: emulator_wheel_problems(w, project))
+    source = project / context(project)["__emulator_dir"]
+    wheel = _built_and_checked(session, env, source, env.path / "build-tree-emulator", env.path / "dist-emulator",
+                               lambda w: emulator_wheel_problems(w, project))  # fmt: skip
     env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
     session.log(f"emulator installed: {wheel.name}")
 
