@@ -5,6 +5,7 @@
 """Automation for lmcache-device-template: thin sessions over the ``tasks`` package beside this file.
 
 Sessions:
+  environments       (CI, first) the release environments CI uses, created side by side.
   tests              the template's own tests (render, refuse, input safety, updates).
   generate_and_test  render the representative sample backend (native ops, LMCache-driven by
                      default, the CPU emulator), build its wheel, install it with CPU torch and
@@ -36,9 +37,11 @@ Configuration (environment variables):
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nox
+from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -79,6 +82,17 @@ IN_TREE_VARIANTS = [name for name, variant in VARIANTS.items() if is_in_tree(var
 LIGHT = [combo for combo in matrix() if combo not in HEAVY]
 #: The releases CI proves: the newest and oldest supported, and the pre-releases (``nox -t ci``).
 CI_RELEASES = {NEWEST, OLDEST, *PRERELEASES}
+
+
+@nox.session(venv_backend="none", tags=["ci"])
+def environments(session: nox.Session) -> None:
+    """The release environments CI's sessions use, created side by side (mostly downloads: one at a time,
+    the network waits add up); each is reused as it is when it already holds what it should."""
+    releases = sorted(CI_RELEASES, key=Version)
+    with ThreadPoolExecutor(len(releases)) as pool:
+        created = list(pool.map(lambda release: ReleaseEnv(release).ensure(session), releases))
+    session.log("environments: " + ", ".join(f"lmcache {r} {'created' if c else 'reused'}"
+                                             for r, c in zip(releases, created, strict=True)))  # fmt: skip
 
 
 @nox.session(tags=["ci"])
