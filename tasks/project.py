@@ -136,10 +136,16 @@ def _built_and_checked(
     return wheel
 
 
+#: Files of a render no build reads: its recorded answers name the directory it was rendered into.
+NOT_BUILT_FROM = (".cookiecutter.json",)
+
+
 def wheel_key(env: ReleaseEnv, source: Path) -> str:
-    """What a wheel is built from: every file under ``source`` (bytecode aside), the environment's torch, Python."""
+    """What a wheel is built from: the files under ``source`` (bytecode and NOT_BUILT_FROM aside), the
+    environment's torch, and Python."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    built_from = (p for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for path in sorted(p for p in built_from if str(p.relative_to(source)) not in NOT_BUILT_FROM):
         digest.update(str(path.relative_to(source)).encode() + b"\0" + path.read_bytes() + b"\0")
     (torch,) = env.path.glob("lib/python*/site-packages/torch-*.dist-info")
     return f"{torch.name.removesuffix('.dist-info')}-{torch.parent.parent.name}-{digest.hexdigest()[:20]}"
