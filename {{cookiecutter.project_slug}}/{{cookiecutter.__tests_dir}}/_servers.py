@@ -26,13 +26,13 @@ import atexit
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 # Third Party
+from _ports import free_port
 from _support import child_env
 import _spawn
 
@@ -72,12 +72,6 @@ def declared_server_flags() -> set[str]:
     )
 
     return set(harness_surface.SERVER_FLAGS)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def shm_entries() -> set[str]:
