@@ -104,10 +104,10 @@ class Hold:
 
 @contextmanager
 def held(stream: Any, timeout: float = 5) -> Iterator[Hold]:
-    """``stream`` blocked behind a host function until the block ends (or ``timeout``):
-    work queued on it
-    meanwhile has not run, deterministically. Skips the test on a runtime without
-    ``launch_host_func``."""
+    """``stream`` blocked behind a host function until the block ends: work queued on
+    it meanwhile has not run, deterministically. Fails the test if the hold expires
+    first (after ``timeout``: the block waited for the stream it holds). Skips the test
+    on a runtime without ``launch_host_func``."""
     # Third Party
     import pytest
 
@@ -116,12 +116,24 @@ def held(stream: Any, timeout: float = 5) -> Iterator[Hold]:
         pytest.skip(
             f"torch.{stream.device.type} has no launch_host_func to hold a stream with"
         )
-    gate = threading.Event()
-    launch(stream, lambda: gate.wait(timeout))
+    gate, expired = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        if not gate.wait(timeout):
+            expired.set()
+
+    launch(stream, hold)
     try:
         yield Hold()
     finally:
         gate.set()
+    # Not in `finally`: an error raised in the block is the one to report.
+    assert not expired.is_set(), (
+        f"the hold on {stream} expired after {timeout:g}s, before its block ended: a "
+        "call in the block waited for the held stream (a blocking copy or a "
+        "synchronize?), so the stream ran its queue and the test's ordering is not "
+        "what it claims. Queue that call before the hold, or make it non-blocking."
+    )
 
 
 #: Paged KV geometry shared by the op-level tests: block size, blocks, heads, head size,

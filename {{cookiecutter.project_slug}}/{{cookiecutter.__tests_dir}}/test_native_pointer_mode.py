@@ -110,10 +110,10 @@ def test_a_queued_kernel_keeps_the_ids_memory_alive_but_not_their_python_object(
     kv = {name: t.to(DEVICE) for name, t in source.items()}
     context = create_cache_context(wrap_kv_caches(kv), 2 * BS, hints)
     staging = [context.get_temp_kernel_group_buffer(i, 0) for i in range(len(expected))]
-    with held(runtime.current_stream()):
-        ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
-        tensor = weakref.ref(ids)
-        resolve_device_ops(DEVICE).multi_layer_block_kv_transfer(
+    ops = resolve_device_ops(DEVICE)
+
+    def transfer(ids: torch.Tensor) -> None:
+        ops.multi_layer_block_kv_transfer(
             context.get_kernel_group_kv_pointers(0),
             [buffer.data_ptr() for buffer in staging],
             ids,
@@ -124,6 +124,17 @@ def test_a_queued_kernel_keeps_the_ids_memory_alive_but_not_their_python_object(
             context.get_engine_kv_format(0),
             0,
         )
+
+    # Outside the hold, as a server's first transfer: the op reads the context's pointer
+    # table from the device once, and a tensor built from a list is a blocking copy.
+    transfer(torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device))
+    runtime.synchronize()
+    for buffer in staging:
+        buffer.zero_()
+    ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
+    tensor = weakref.ref(ids)
+    with held(runtime.current_stream()):
+        transfer(ids)
         del ids
         assert tensor() is None, "the queued kernel holds the ids tensor (Python's)"
     runtime.synchronize()
