@@ -21,7 +21,7 @@ import ctypes
 import mmap
 
 # Third Party
-from _engine import Cluster, Worker
+from _engine import TIMED_OUT_MQ_TIMEOUT, Cluster, Worker
 from _servers import CHUNK, PLUGIN_SERVER_ENV, running_server
 from _support import held, run_python, seeded_kv
 from conftest import open_mappings
@@ -193,13 +193,17 @@ def test_a_device_lost_mid_store_commits_nothing_and_the_worker_fails_by_its_dea
             world_size=1,
             tokens=4 * CHUNK,
             mode="lmcache_driven",
-            worker_args=["--mq-timeout", "5"],
+            worker_args=["--mq-timeout", TIMED_OUT_MQ_TIMEOUT],
         )
         try:
             (stored,) = cluster.stored
-            assert stored["ok"] is False and stored["elapsed_ms"] < 8000, stored
+            deadline_ms = 1000 * float(TIMED_OUT_MQ_TIMEOUT)
+            assert stored["ok"] is False, stored
+            assert stored["elapsed_ms"] < deadline_ms + 3000, stored
+            # The server's copy failed long before the worker's deadline: a commit
+            # would show at the first lookups.
             _, hit = cluster.scheduler.lookup_until(
-                "after-loss", token_ids(4 * CHUNK), CHUNK, timeout=2
+                "after-loss", token_ids(4 * CHUNK), CHUNK, timeout=0.5
             )
             assert hit == 0, "a chunk the lost device copied halfway was committed"
         finally:
@@ -233,7 +237,7 @@ def test_a_server_whose_device_fails_names_why_and_the_worker_gives_up_at_its_de
             tokens=4 * CHUNK,
             mode="lmcache_driven",
             log_path=tmp_path / "rank0.log",
-            extra_args=["--mq-timeout", "5"],
+            extra_args=["--mq-timeout", TIMED_OUT_MQ_TIMEOUT],
         )
         try:
             with pytest.raises(
