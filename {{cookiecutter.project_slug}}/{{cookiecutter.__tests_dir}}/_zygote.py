@@ -194,6 +194,17 @@ def _run(request: dict[str, Any], base_path: list[str]) -> None:
     exec(compile(source, filename, "exec"), main.__dict__)  # noqa: S102
 
 
+def _print_uncaught() -> None:
+    """The traceback python prints for an uncaught exception: the program's frames, not
+    the zygote's."""
+    kind, error, trace = sys.exc_info()
+    while trace is not None and trace.tb_frame.f_code.co_filename == __file__:
+        trace = trace.tb_next
+    if error is not None:  # python's printer reads the exception's own traceback
+        error.__traceback__ = trace
+    sys.excepthook(kind, error, trace)  # type: ignore[arg-type]
+
+
 def _exit_as_python_does(run: Callable[[], None]) -> NoReturn:
     """Run the program, then end the process as Python's own exit would, up to its last
     step: end and join the threads that are not daemons, run the ``atexit``
@@ -216,10 +227,10 @@ def _exit_as_python_does(run: Callable[[], None]) -> NoReturn:
             print(stop.code, file=sys.stderr)
             status = 1
     except KeyboardInterrupt:
-        sys.excepthook(*sys.exc_info())
+        _print_uncaught()
         interrupted = True
     except BaseException:  # noqa: BLE001 (python's own handling of the uncaught)
-        sys.excepthook(*sys.exc_info())
+        _print_uncaught()
         status = 1
     # What python's exit runs first: the functions of threading._register_atexit (an
     # idle ThreadPoolExecutor's workers end there), then a join of the non-daemons.

@@ -79,6 +79,47 @@ def test_a_forked_program_sees_what_a_new_interpreter_sees(tmp_path: Path) -> No
     assert str(extra) in seen[True]["path"]
 
 
+#: Programs that end each way Python ends one; every run also leaves work for the exit
+#: (a thread that is not a daemon, an idle executor, an atexit function, unflushed
+#: output).
+ENDINGS = {
+    "returns": "",
+    "exits-with-a-status": "sys.exit(5)",
+    "exits-with-a-message": "sys.exit('stopped: a message')",
+    "raises": "raise ValueError('uncaught')",
+    "is-interrupted": "raise KeyboardInterrupt",
+}
+EXIT_WORK = """
+import atexit, concurrent.futures, sys, threading, time
+def late():
+    time.sleep(0.2)
+    print("from a thread", flush=True)
+threading.Thread(target=late).start()
+concurrent.futures.ThreadPoolExecutor(1).submit(int).result()
+atexit.register(lambda: sys.stdout.write("from atexit\\n"))
+sys.stdout.write("unflushed")
+"""
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_a_forked_program_ends_as_a_new_interpreter_ends_it(ending: str) -> None:
+    """Forked and fresh: the same exit status (a signal's too), and the same output,
+    each thread joined, each atexit function run and every stream flushed first."""
+    code = EXIT_WORK + ENDINGS[ending]
+    forked, fresh = (
+        _spawn.run(
+            [sys.executable, "-c", code], env=child_env(), timeout=60, fresh=new
+        )
+        for new in (False, True)
+    )
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        fresh.returncode,
+        fresh.stdout,
+        fresh.stderr,
+    )
+    assert forked.stdout.startswith("unflushedfrom a thread\nfrom atexit")
+
+
 def test_a_forked_program_is_killed_and_waited_for_by_pid_as_a_popen_is(
     tmp_path: Path,
 ) -> None:
