@@ -9,10 +9,22 @@ Modules: ``names`` (the backend's names), ``device`` (the DeviceSpec LMCache
 discovers), ``device_ops`` (the KV-cache ops), ``_lmcache_compat`` (everything
 specific to an LMCache release).
 
-Must not import LMCache or torch: a process that imports this package before
-``import lmcache`` would otherwise start LMCache's plugin discovery while this
-package is half-initialised, and LMCache would skip the plugin.
+Why it imports LMCache, and before anything of its own: ``import lmcache`` discovers
+this plugin (its entry point, ``device``) and skips it if a module the plugin needs
+is half-imported then. A process whose first import is one of this package's modules
+(``from {{ cookiecutter.__package }}.device_ops import ...``) would start that discovery
+from inside the module, and lose the plugin. Importing LMCache here, before any
+module of the package, lets it find the package whole, as PyTorch device extensions
+import torch first. Must import nothing else.
 """
 
 __version__ = "{{ cookiecutter.version }}"
+
+try:
+    # First Party
+    import lmcache  # noqa: F401
+except Exception:  # noqa: BLE001, S110
+    # Raised again, with its cause, by the importer's own ``import lmcache`` (the
+    # doctor's first check reports it with the fix).
+    pass
 {%- endif %}

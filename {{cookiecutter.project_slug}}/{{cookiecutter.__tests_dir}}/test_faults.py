@@ -138,7 +138,7 @@ def test_a_restarted_server_gets_the_workers_caches_again_and_serves_exact_bytes
             attempt += 1
             worker.store(60_000 + attempt * 1_000)
             if not worker.next_result(timeout=DEADLINE_S)["ok"]:
-                time.sleep(1)
+                time.sleep(0.25)
                 continue
             result = round_trip(
                 second, worker, "fault-died", 60_000 + attempt * 1_000 + 500
@@ -185,8 +185,11 @@ def test_a_full_l1_drops_stores_that_say_true_and_only_the_lookup_tells(
             for first in prompts:
                 worker.store(first)
                 said[first] = worker.next_result(timeout=DEADLINE_S)["ok"]
-            # Engine-driven stores commit asynchronously: give them time to land.
-            time.sleep(1)
+            # Engine-driven stores commit asynchronously: the last prompt, which an LRU
+            # L1 keeps, lands last.
+            landed = token_ids(4 * CHUNK, prompts[-1])
+            request_id, hit = scheduler.lookup_until("full-landed", landed, 4 * CHUNK)
+            scheduler.release(request_id, landed, hit)
             found = {
                 first: scheduler.lookup(f"full-{first}", token_ids(4 * CHUNK, first))
                 for first in prompts
