@@ -12,8 +12,8 @@ specific to an LMCache release).
 Why it imports LMCache, and before anything of its own: ``import lmcache`` discovers
 this plugin (its entry point, ``device``) and skips it if a module the plugin needs
 is half-imported then. A process whose first import is one of this package's modules
-(``from {{ cookiecutter.__package }}.device_ops import ...``) would start that discovery
-from inside the module, and lose the plugin. Importing LMCache here, before any
+(say ``device_ops``) would start that discovery from inside the module, and lose the
+plugin. Importing LMCache here, before any
 module of the package, lets it find the package whole, as PyTorch device extensions
 import torch first. Must import nothing else.
 """

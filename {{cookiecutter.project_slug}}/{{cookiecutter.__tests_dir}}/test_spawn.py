@@ -105,18 +105,11 @@ sys.stdout.write("unflushed")
 def test_a_forked_program_ends_as_a_new_interpreter_ends_it(ending: str) -> None:
     """Forked and fresh: the same exit status (a signal's too), and the same output,
     each thread joined, each atexit function run and every stream flushed first."""
-    code = EXIT_WORK + ENDINGS[ending]
-    forked, fresh = (
-        _spawn.run(
-            [sys.executable, "-c", code], env=child_env(), timeout=60, fresh=new
-        )
-        for new in (False, True)
-    )
-    assert (forked.returncode, forked.stdout, forked.stderr) == (
-        fresh.returncode,
-        fresh.stdout,
-        fresh.stderr,
-    )
+    argv = [sys.executable, "-c", EXIT_WORK + ENDINGS[ending]]
+    forked = _spawn.run(argv, env=child_env(), timeout=60)
+    fresh = _spawn.run(argv, env=child_env(), timeout=60, fresh=True)
+    ended = [(run.returncode, run.stdout, run.stderr) for run in (forked, fresh)]
+    assert ended[0] == ended[1]
     assert forked.stdout.startswith("unflushedfrom a thread\nfrom atexit")
 
 
