@@ -68,7 +68,9 @@ class ReleaseEnv:
         # First, with pip and the machine's pip configuration (where a CPU or vendor torch is found):
         # lmcache's own torch requirement is unpinned.
         # Without compiling its 2,000-odd modules (14 s here): Python compiles the few hundred imported, once.
-        self.pip(session, "install", "--quiet", "--no-compile", TORCH)
+        # Its output (a machine's index warnings included) goes to a log, printed if the install fails.
+        self.run_logged(session, self.path / "torch-install.log", self.python, "-m", "pip", "install", "--no-compile",
+                        TORCH)  # fmt: skip
         self.install(session, *self.wanted()[2:])
         # Fail here, not in every E2E test, if the release's command line lacks an undeclared dependency.
         self.run(session, "lmcache", "server", "--help", silent=True)
@@ -129,7 +131,8 @@ class ReleaseEnv:
     def uninstall_plugins(self, session: nox.Session, *distributions: str) -> None:
         """Remove a variant's wheel and emulator, so the next variant (wheel or in-tree) is the only backend of
         its name and runs on the emulator only if it has one."""
-        self.pip(session, "uninstall", "--quiet", "--yes", *distributions)
+        # Twice quiet: "Skipping ... as it is not installed" (a first run) is a warning; errors still show.
+        self.pip(session, "uninstall", "--quiet", "--quiet", "--yes", *distributions)
 
     @contextmanager
     def overlaid(self, session: nox.Session, project: Path, backend: str) -> Iterator[Path]:
