@@ -22,7 +22,15 @@ import nox
 from tasks.checks import context
 from tasks.envs import TORCH, ReleaseEnv
 from tasks.progress import timed
-from tasks.project import build_wheel, check_statically, emulator_distribution, install_emulator, install_wheel, render
+from tasks.project import (
+    build_wheel,
+    check_statically,
+    emulator_distribution,
+    install_emulator,
+    install_wheel,
+    render,
+    typechecked_meanwhile,
+)
 from tasks.suite import Outcome, count, run_canary, run_contract, run_suite
 from tasks.variants import NEWEST, PRERELEASES, REPRESENTATIVE, VARIANTS, VENDOR_NOXFILE, is_in_tree
 
@@ -63,8 +71,8 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
     ctx = context(project)
     emulator = ctx["emulator"] == "yes"
     meanwhile = emulator_built_meanwhile(env, project, ctx) if emulator else nullcontext()
-    with meanwhile:
-        check_statically(session, env, project, cache=env.path / "mypy-cache")
+    with meanwhile, typechecked_meanwhile(session, env, project, env.path / "mypy-cache"):
+        check_statically(session, env, project, cache=env.path / "mypy-cache", types=False)
         wheel = None if is_in_tree(variant) else build_wheel(session, env, project)
     env_vars: dict[str, str | None] = {ctx["__emulator_env_var"]: "1" if emulator else None}
     tests = project / ctx["__tests_dir"]
