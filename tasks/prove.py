@@ -71,8 +71,9 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
     ctx = context(project)
     emulator = ctx["emulator"] == "yes"
     meanwhile = emulator_built_meanwhile(env, project, ctx) if emulator else nullcontext()
-    with meanwhile, typechecked_meanwhile(session, env, project, env.path / "mypy-cache"):
-        check_statically(session, env, project, cache=env.path / "mypy-cache", types=False)
+    mypy_cache = env.path / "mypy-cache"
+    with meanwhile, typechecked_meanwhile(session, env, project, mypy_cache):
+        check_statically(session, env, project, cache=mypy_cache, types=False)
         wheel = None if is_in_tree(variant) else build_wheel(session, env, project)
     env_vars: dict[str, str | None] = {ctx["__emulator_env_var"]: "1" if emulator else None}
     tests = project / ctx["__tests_dir"]
