@@ -4,11 +4,13 @@
 Why it is shaped this way: a server costs seconds of CPU to start (about 2 s
 forked from the suite's zygote, ``_spawn.py``; 6 s from a new interpreter) and
 seconds to stop, so the suite shares them. ``SharedServers`` keeps one server per kind
-(``SERVER_KINDS``) for the whole run; conftest.py's ``server`` fixture hands it
-out, and under pytest-xdist every test of one kind runs on the same xdist
-worker. Tests keep their state apart with their own model names and request
-ids. Tests that break a server (freeze, kill, restart or fill it, or speak the
-wrong transfer mode to it) start their own with ``running_server``.
+(``SERVER_KINDS``); conftest.py's ``server`` fixture hands it out, runs every test
+of one kind on the same pytest-xdist worker, one after another, and stops the
+server as soon as the next test does not use it (it shuts down while the tests go
+on, not at the end of the run). Tests keep their state apart with their own model
+names and request ids. Tests that break a server (freeze, kill, restart or fill it,
+or speak the wrong transfer mode to it) start their own with ``running_server``
+and are marked ``own_server``.
 
 Nothing here fakes LMCache: servers run the installed ``lmcache`` (and, for the
 LMCache-driven kinds, this installed plugin).
@@ -232,12 +234,22 @@ class LMCacheServer:
         return storage["l1_manager"]  # lmcache 0.5.4, 0.5.5
 
 
+#: Whether the running test is marked ``own_server`` (conftest.py sets it before each
+#: test; None outside pytest).
+OWN_SERVER_MARKED: bool | None = None
+
+
 @contextmanager
 def running_server(
     log_path: Path, *, wait_stop: bool = False, **kwargs: Any
 ) -> Iterator[LMCacheServer]:
     """A server of the caller's own, asked to stop when the block ends (waiting for it
-    with ``wait_stop``)."""
+    with ``wait_stop``). Only tests marked ``own_server`` start one: they take the
+    longest, and the suite hands them out first."""
+    assert OWN_SERVER_MARKED is not False, (
+        "this test starts a server of its own: mark it @pytest.mark.own_server "
+        "(conftest.py schedules such tests first, so they do not end the run late)"
+    )
     server = LMCacheServer(log_path, **kwargs)
     server.start()
     try:
@@ -247,8 +259,8 @@ def running_server(
 
 
 class SharedServers:
-    """One server per kind of ``SERVER_KINDS``, started on first use, all stopped at the
-    end of the run."""
+    """One server per kind of ``SERVER_KINDS``, started on first use and stopped when
+    the tests that use it are done (conftest.py's ``server`` fixture)."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
@@ -267,6 +279,12 @@ class SharedServers:
             self.running[kind] = server
         return self.running[kind]
 
+    def stop(self, kind: str) -> None:
+        """Ask a kind's server to stop, without waiting (a later ``get`` starts a new
+        one): it shuts down while the tests go on."""
+        if kind in self.running:
+            self.running.pop(kind).stop(wait=False)
+
     def stop_all(self) -> None:
-        for server in self.running.values():
-            server.stop(wait=False)
+        for kind in list(self.running):
+            self.stop(kind)

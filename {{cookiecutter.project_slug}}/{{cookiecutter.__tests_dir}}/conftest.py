@@ -233,17 +233,40 @@ def servers(tmp_path_factory):  # type: ignore[no-untyped-def]
     pool.stop_all()
 
 
-@pytest.fixture(scope="session")
+#: The test pytest runs after the one being torn down (None after the last).
+_NEXT_TEST: list = [None]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:  # type: ignore[no-untyped-def]
+    # Third Party
+    import _servers
+
+    _servers.OWN_SERVER_MARKED = item.get_closest_marker("own_server") is not None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem) -> None:  # type: ignore[no-untyped-def]
+    # before the fixtures are torn down: the ``server`` fixture reads it
+    _NEXT_TEST[0] = nextitem
+
+
+@pytest.fixture(scope="module")
 def server(request, servers, spec):  # type: ignore[no-untyped-def]
     """The shared server of the kind a test names:
-    ``@pytest.mark.parametrize("server", [kind], indirect=True)``."""
+    ``@pytest.mark.parametrize("server", [kind], indirect=True)``. Stopped when the
+    next test does not use it (pytest-xdist hands a kind's tests to one worker at
+    once, and the schedule keeps them together), so it shuts down while the run goes
+    on; a later test of its kind would start a new one."""
     # Third Party
     from _servers import SERVER_KINDS
 
     kind = request.param
     if SERVER_KINDS[kind].get("plugin") and not spec.is_lmcache_driven_available():
         pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
-    return servers.get(kind)
+    yield servers.get(kind)
+    if _param(_NEXT_TEST[0], "server") != kind:
+        servers.stop(kind)
 
 
 @pytest.fixture

@@ -189,6 +189,7 @@ def restored_blocks(window: int) -> list[int]:
     ]
 
 
+@pytest.mark.own_server
 def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothing_else(  # type: ignore[no-untyped-def]
     spec, tmp_path: Path
 ) -> None:

@@ -172,6 +172,7 @@ backend.synchronize_event(imported, device)
     ]
 
 
+@pytest.mark.own_server
 @pytest.mark.e2e
 def test_a_device_lost_mid_store_commits_nothing_and_the_worker_fails_by_its_deadline(  # type: ignore[no-untyped-def]
     spec, tmp_path: Path
@@ -215,6 +216,7 @@ def test_a_device_lost_mid_store_commits_nothing_and_the_worker_fails_by_its_dea
     )
 
 
+@pytest.mark.own_server
 @pytest.mark.e2e
 @pytest.mark.parametrize("fault", ["oom", "ipc_open"])
 def test_a_server_whose_device_fails_names_why_and_the_worker_gives_up_at_its_deadline(  # type: ignore[no-untyped-def]
