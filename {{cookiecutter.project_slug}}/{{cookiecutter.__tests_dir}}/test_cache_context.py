@@ -18,6 +18,7 @@ import pytest
 import torch
 
 # First Party
+from lmcache.v1.platform import resolve_device_ops, torch_ops
 from lmcache.v1.platform.cache_context import create_cache_context
 from lmcache.v1.platform.kv_wrap import wrap_kv_caches
 
@@ -98,6 +99,28 @@ def test_host_callbacks_run_after_the_contexts_stream_work_and_return_at_once(
     assert (early, calls) == ([], ["done"]), (
         "the callback ran before the work queued ahead of it"
     )
+
+
+def test_a_completion_on_the_contexts_stream_pointer_waits_for_its_stream_not_the_current_one(
+    lmcache_driven,
+) -> None:  # type: ignore[no-untyped-def]
+    """The server queues its copies on the context's stream, which is not the current
+    one, then records "finish_write" on ``cupy_stream.ptr``: a pointer naming any other
+    stream publishes the store before its copies have run."""
+    context = create_cache_context(
+        wrap_kv_caches(kv_caches()), CHUNK, {"kv_layout": "NHD"}
+    )
+    ops = resolve_device_ops(DEVICE)
+    torch_ops.drain_recorded_completions()  # what earlier tests left
+    with held(context.stream) as hold:
+        ops.record_completion_on_stream(context.cupy_stream.ptr, "finish_write", b"1")
+        hold.settle()
+        early = torch_ops.drain_recorded_completions()
+    context.cupy_stream.synchronize()
+    published = torch_ops.drain_recorded_completions()
+    context.close()
+    assert early == [], "published before the context's stream had run its work"
+    assert published == [("finish_write", b"1")]
 
 
 def test_a_cache_context_that_fails_part_way_unmaps_what_it_had_mapped(
