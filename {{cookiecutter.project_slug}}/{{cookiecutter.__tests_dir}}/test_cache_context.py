@@ -101,7 +101,7 @@ def test_host_callbacks_run_after_the_contexts_stream_work_and_return_at_once(
     )
 
 
-def test_a_completion_on_the_contexts_stream_pointer_waits_for_its_stream_not_the_current_one(
+def test_a_completion_on_cupy_stream_ptr_waits_for_the_contexts_stream_not_the_current(
     lmcache_driven,
 ) -> None:  # type: ignore[no-untyped-def]
     """The server queues its copies on the context's stream, which is not the current

@@ -179,6 +179,29 @@ def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(
     assert all(same_bytes(got, want) for got, want in zip(out, expected, strict=True))
 
 
+@pytest.mark.parametrize("direction", ["D2H", "H2D"])
+def test_a_block_id_one_past_the_cache_is_an_index_error_before_anything_is_copied(
+    native, runtime, direction: str
+) -> None:  # type: ignore[no-untyped-def]
+    """Ids are checked where they enter the kernel: one past the last block raises
+    IndexError at the call, as the baseline does, and copies nothing. Unchecked, a
+    device copies a neighbouring allocation's bytes, or faults the stream."""
+    shape, hints = NATIVE_LAYOUTS["flash_nhd"]
+    source = seeded_kv(shape, seed=13)
+    ids = [*BLOCK_IDS[:-1], shape[1]]  # shape[1]: the layer's block count
+    chunks = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+    out = [torch.zeros_like(chunk) for chunk in chunks]
+    on_device = {k: v.to(DEVICE) for k, v in source.items()}
+    with pytest.raises(IndexError):
+        if direction == "D2H":
+            gather_paged_kv_to_cpu(on_device, ids, 2, layout_hints=hints, out=out)
+        else:
+            scatter_cpu_to_paged_kv(on_device, ids, chunks[::-1], 2, layout_hints=hints)
+    runtime.synchronize()  # a kernel that ran past its allocation raises here
+    assert all(int(chunk.count_nonzero()) == 0 for chunk in out)
+    assert all(same_bytes(on_device[k], source[k]) for k in source)
+
+
 def test_missing_compiled_module_fails_soft_to_the_baseline(native) -> None:  # type: ignore[no-untyped-def]
     """Without the compiled kernels LMCache still loads the plugin, on the baseline, and
     says how to rebuild."""
