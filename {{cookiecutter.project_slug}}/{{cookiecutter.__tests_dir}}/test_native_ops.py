@@ -11,6 +11,7 @@ from __future__ import annotations
 
 # Standard
 import inspect
+import math
 import textwrap
 
 # Third Party
@@ -177,6 +178,62 @@ def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(
         "(on the host or another stream)"
     )
     assert all(same_bytes(got, want) for got, want in zip(out, expected, strict=True))
+
+
+#: Strided caches LMCache accepts (``kv_format/contiguity.py``): blocks-first memory,
+#: each block followed by PAD elements (a runtime's alignment). Per case: the format,
+#: the memory's dimension order (outermost first) and the padding.
+STRIDED = {
+    "flashinfer_nhd-padded": ("flashinfer_nhd", (0, 1, 2, 3, 4), 8),
+    "mla-padded": ("mla", (0, 1, 2), 8),
+    "flash_nhd-blocks_first": ("flash_nhd", (1, 0, 2, 3, 4), 0),
+    "flash_nhd-blocks_first-padded": ("flash_nhd", (1, 0, 2, 3, 4), 8),
+}
+
+
+def strided_on_device(layer: torch.Tensor, order: tuple[int, ...], pad: int) -> tuple:
+    """``layer`` copied into device memory laid out in ``order``, with ``pad`` elements
+    of -1 after each outermost index: (the strided view, its memory, where the padding
+    is)."""
+    outer = [layer.shape[d] for d in order]
+    memory_strides = [math.prod(outer[i + 1 :]) for i in range(len(outer))]
+    memory_strides[0] += pad
+    strides = [0] * len(order)
+    for position, dim in enumerate(order):
+        strides[dim] = memory_strides[position]
+    memory = torch.full((memory_strides[0] * outer[0],), -1, dtype=layer.dtype)
+    memory = memory.to(DEVICE)
+    view = memory.as_strided(layer.shape, strides)
+    view.copy_(layer)
+    padding = torch.ones(memory.numel(), dtype=torch.bool)
+    padding.as_strided(layer.shape, strides).fill_(False)
+    return view, memory, padding
+
+
+@pytest.mark.parametrize("case", list(STRIDED))
+def test_strided_caches_copy_each_blocks_bytes_and_never_the_padding(  # type: ignore[no-untyped-def]
+    native, case: str
+) -> None:
+    """Blocks apart in memory: a gather reads each block's own bytes and a scatter
+    writes them and leaves the padding as it was, on the native path. A copy that takes
+    the blocks as back to back passes every contiguous test."""
+    layout, order, pad = STRIDED[case]
+    shape, hints = NATIVE_LAYOUTS[layout]
+    source = seeded_kv(shape, seed=14)
+    expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+    before = native._calls["multi_layer_block_kv_transfer:native"]
+    views = {k: strided_on_device(v, order, pad)[0] for k, v in source.items()}
+    got = gather_to_cpu(views, BLOCK_IDS, 2, layout_hints=hints)
+    assert all(same_bytes(g, e) for g, e in zip(got, expected, strict=True))
+    want = {k: torch.zeros_like(v) for k, v in source.items()}
+    into = {k: strided_on_device(v, order, pad) for k, v in want.items()}
+    for kv in (want, {k: p[0] for k, p in into.items()}):
+        scatter_cpu_to_paged_kv(kv, BLOCK_IDS, expected, 2, layout_hints=hints)
+    for name, (view, memory, padding) in into.items():
+        assert same_bytes(view, want[name])
+        assert bool((memory.cpu()[padding] == -1).all()), "the padding was written"
+    after = native._calls["multi_layer_block_kv_transfer:native"]
+    assert after >= before + 2, "the native kernels did not run"
 
 
 @pytest.mark.parametrize("direction", ["D2H", "H2D"])
