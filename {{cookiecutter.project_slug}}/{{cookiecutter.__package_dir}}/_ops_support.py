@@ -54,6 +54,28 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def host_pieces(nbytes: int, offset: int, alignment: int) -> list[tuple[int, int]]:
+    """``(start, size)`` pieces of a copy of ``nbytes``, split where its host range
+    crosses a pinned registration.
+
+    LMCache's lazy allocator pins its host buffer as separate registrations of
+    ``alignment`` bytes, and ``offset`` is where the copy starts in that buffer
+    (``host_buffer_offset``, ``host_buffer_alignments``). An asynchronous copy across
+    two registrations is a pageable copy on a device: LMCache's CUDA op and its MUSA
+    backend split there, and so does this plugin.
+    """
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(
+            f"host_buffer_alignments must be a positive power of two, got {alignment}"
+        )
+    pieces, start = [], 0
+    while start < nbytes:
+        size = min(nbytes - start, alignment - (offset + start) % alignment)
+        pieces.append((start, size))
+        start += size
+    return pieces
+
+
 def report_slow_path(kind: str, detail: str) -> None:
     """Count a slow path; the first of each ``kind`` in a process is logged as a
     warning that starts with ``SLOW_PATH_MARK``."""

@@ -55,21 +55,20 @@ from ._lmcache_compat import (
 {%- endif %}
     torch_ops,
 )
-{%- if cookiecutter.lmcache_driven != 'no' %}
 from ._ops_support import (
+{%- if cookiecutter.lmcache_driven != 'no' %}
     check_host_pinned,
+{%- endif %}
     check_one_layer_layout,
     contiguous_strides,
+    host_pieces,
+{%- if cookiecutter.lmcache_driven != 'no' %}
     pointer_mode_operands,
+{%- endif %}
 {%- if cookiecutter.native_ops == 'yes' %}
     report_slow_path,
 {%- endif %}
 )
-{%- elif cookiecutter.native_ops == 'yes' %}
-from ._ops_support import check_one_layer_layout, contiguous_strides, report_slow_path
-{%- else %}
-from ._ops_support import check_one_layer_layout, contiguous_strides
-{%- endif %}
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
 {%- if cookiecutter.native_ops == 'yes' %}
 
@@ -166,9 +165,9 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
 
         Tensor operands use the torch baseline (a ``copy_``). Raw pointers are
         wrapped in zero-copy views (``tensor_from_ptr`` for the device side) and
-        copied with one ``copy_`` on the current stream, never through
-        libcudart. ``host_buffer_offset``/``host_buffer_alignments`` only serve
-        CUDA's pinned-chunk splitting and are ignored here.
+        copied with ``copy_`` on the current stream, never through libcudart: one
+        copy per pinned registration the host range crosses (``host_pieces``), as
+        LMCache's MUSA backend splits them.
         """
         if isinstance(dest, torch.Tensor) or isinstance(src, torch.Tensor):
             torch_ops.lmcache_memcpy_async(
@@ -185,19 +184,20 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             raise ValueError(
                 f"unsupported transfer direction {direction!r}: expected H2D or D2H"
             )
+        pieces = host_pieces(nbytes, host_buffer_offset, host_buffer_alignments)
+        for start, size in pieces:
 {%- if cookiecutter.lmcache_driven != 'no' %}
-        check_host_pinned(host_ptr, nbytes, "lmcache_memcpy_async")
+            check_host_pinned(host_ptr + start, size, "lmcache_memcpy_async")
 {%- endif %}
-        device_view = self.tensor_from_ptr(
-            device_ptr, (nbytes,), torch.uint8, torch.device(DEVICE_TYPE)
-        )
-        host_view = torch.frombuffer(
-            (ctypes.c_uint8 * nbytes).from_address(host_ptr), dtype=torch.uint8
-        )
-        if int(direction) == int(TransferDirection.D2H):
-            host_view.copy_(device_view, non_blocking=True)
-        else:
-            device_view.copy_(host_view, non_blocking=True)
+            device_view = self.tensor_from_ptr(
+                device_ptr + start, (size,), torch.uint8, torch.device(DEVICE_TYPE)
+            )
+            host_bytes = (ctypes.c_uint8 * size).from_address(host_ptr + start)
+            host_view = torch.frombuffer(host_bytes, dtype=torch.uint8)
+            if int(direction) == int(TransferDirection.D2H):
+                host_view.copy_(device_view, non_blocking=True)
+            else:
+                device_view.copy_(host_view, non_blocking=True)
 
     def multi_layer_block_kv_transfer(
         self,

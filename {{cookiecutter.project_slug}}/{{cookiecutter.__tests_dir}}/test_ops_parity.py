@@ -180,11 +180,13 @@ def test_memcpy_pointer_mode_copies_bytes_without_libcudart(
 {%- if cookiecutter.lmcache_driven != 'no' %}
 
 
-def test_copies_from_unpinned_host_memory_are_reported_as_a_slow_path(  # type: ignore[no-untyped-def]
+def test_a_copy_is_quiet_only_from_host_memory_one_pinned_registration_holds(  # type: ignore[no-untyped-def]
     lmcache_driven, emulator
 ) -> None:
-    """Pinned host memory (allocated pinned, or registered in pieces as LMCache's lazy
-    L1 does) copies quietly; a pageable buffer is counted as a slow path."""
+    """Pinned host memory copies quietly: allocated pinned, or registered in pieces as
+    LMCache's lazy L1 does, the copy split at the pieces' size LMCache passes. One copy
+    across two registrations is a pageable copy on a device, and so is a copy from
+    memory never pinned: both are counted as a slow path."""
     # First Party
     from {{ cookiecutter.__package }} import _ops_support
     from {{ cookiecutter.__package }}._lmcache_compat import (
@@ -193,22 +195,30 @@ def test_copies_from_unpinned_host_memory_are_reported_as_a_slow_path(  # type: 
 
     nbytes = 1 << 16
     dev = torch.zeros(2 * nbytes, dtype=torch.uint8).to(DEVICE)
-    allocated = torch.ones(2 * nbytes, dtype=torch.uint8).pin_memory()
-    registered = torch.ones(2 * nbytes, dtype=torch.uint8)
+    allocated = torch.full((2 * nbytes,), 1, dtype=torch.uint8).pin_memory()
+    registered = torch.full((2 * nbytes,), 2, dtype=torch.uint8)
     pins = lmcache_driven.pin_memory_backend()
     halves = [registered.data_ptr(), registered.data_ptr() + nbytes]
     assert all(pins.pin_memory(address, nbytes) for address in halves)
-    pageable = torch.ones(2 * nbytes, dtype=torch.uint8)
+    pageable = torch.full((2 * nbytes,), 3, dtype=torch.uint8)
     ops, kind = resolve_device_ops(DEVICE), "pageable host memory"
-    before = _ops_support.slow_paths[kind]
+    h2d = TransferDirection.H2D
+    cases = [  # host memory, host_buffer_alignments, whether it is a slow path
+        (allocated, 2 * nbytes, False),
+        (registered, nbytes, False),
+        (registered, 2 * nbytes, True),
+        (pageable, 2 * nbytes, True),
+    ]
     try:
-        for host in (allocated, registered, pageable):
-            ops.lmcache_memcpy_async(
-                dev.data_ptr(), host.data_ptr(), 2 * nbytes, TransferDirection.H2D, 0, 0
-            )
+        for host, alignment, slow in cases:
+            before = _ops_support.slow_paths[kind]
+            dev.zero_()
+            pointers = dev.data_ptr(), host.data_ptr()
+            ops.lmcache_memcpy_async(*pointers, 2 * nbytes, h2d, 0, alignment)
             emulator.synchronize()
-            quiet = _ops_support.slow_paths[kind] == before
-            assert quiet is (host is not pageable), "wrong verdict on a host buffer"
+            verdict = _ops_support.slow_paths[kind] > before
+            assert verdict is slow, f"fill {int(host[0])}, pieces of {alignment}"
+            assert same_bytes(dev, host)
     finally:
         assert all(pins.unpin_memory(address) for address in halves)
 {%- endif %}
@@ -231,6 +241,24 @@ def test_tensor_from_ptr_aliases_device_memory_on_the_memorys_own_device(
     assert same_bytes(view, base.cpu()[16:48].reshape(4, 8))
     view.fill_(-1)
     assert bool((base.cpu()[16:48] == -1).all()) and float(base.cpu()[15]) == 15.0
+
+
+@pytest.mark.parametrize("alignment", [0, 3, -4096])
+def test_a_host_buffer_alignment_that_is_not_a_power_of_two_is_refused(
+    alignment: int,
+) -> None:
+    """Pointer mode splits copies at ``host_buffer_alignments``: a value it cannot split
+    at is a ValueError naming the argument, as in LMCache's own ops."""
+    # First Party
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        TransferDirection,
+    )
+
+    host, dev = torch.ones(64, dtype=torch.uint8), torch.zeros(64).to(DEVICE)
+    with pytest.raises(ValueError, match="host_buffer_alignments"):
+        resolve_device_ops(DEVICE).lmcache_memcpy_async(
+            dev.data_ptr(), host.data_ptr(), 64, TransferDirection.H2D, 0, alignment
+        )
 
 
 def test_tensor_from_ptr_refuses_a_null_pointer() -> None:
