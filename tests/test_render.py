@@ -100,7 +100,8 @@ EXPECTED_FILES = {
 NATIVE_FILES = {"setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/_native_plan.py", "src/lmcache_foo/native_ops.py"}
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py"
-    for name in ("ipc_wrapper", "cache_context", "event_ipc", "pin_memory", "_lmcache_compat/kv_layout", "_lmcache_compat/wire")
+    for name in ("ipc_wrapper", "cache_context", "after_stream", "event_ipc", "pin_memory", "_lmcache_compat/kv_layout",
+                 "_lmcache_compat/wire")
 }
 
 
@@ -117,7 +118,8 @@ def test_default_render_is_the_foo_plugin_with_the_documented_layout(render: Cal
 
 @pytest.mark.parametrize("choice", ["opt_in", "default"])
 def test_lmcache_driven_choice_adds_exactly_the_ipc_modules(render: Callable[..., Path], choice: str) -> None:
-    """Asking for LMCache-driven support adds the wrapper, cache context, event and pin modules, nothing else."""
+    """Asking for LMCache-driven support adds the wrapper, cache context, publish-after-stream, event and pin modules,
+    nothing else."""
     assert files(render(lmcache_driven=choice)) == EXPECTED_FILES | LMCACHE_DRIVEN_FILES
 
 

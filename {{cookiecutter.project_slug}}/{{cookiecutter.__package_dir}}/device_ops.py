@@ -19,8 +19,8 @@ gets wrong for a non-CUDA device:
   objects as CPU tensors, but the server passes addresses in its
   {{ cookiecutter.device_name }} staging buffer;
 * ``record_completion_on_stream`` / ``record_event_on_stream``: the baseline
-  publishes at once, before queued device work has finished; these publish from
-  a host function on the stream, after it.
+  publishes at once, before queued device work has finished; these publish after
+  it (``after_stream.py``).
 {%- endif %}
 
 Imported lazily by ``{{ cookiecutter.class_prefix }}DeviceSpec.ops_cls``, after
@@ -69,6 +69,9 @@ from ._ops_support import (
     report_slow_path,
 {%- endif %}
 )
+{%- if cookiecutter.lmcache_driven != 'no' %}
+from .after_stream import after_stream_work
+{%- endif %}
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
 {%- if cookiecutter.native_ops == 'yes' %}
 
@@ -257,16 +260,11 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         self, cuda_stream_ptr: int, kind: str, payload: bytes
     ) -> None:
         """Publish a completion once the work queued on the stream before it has
-        finished; returns at once.
-
-        TODO(vendor): your runtime's host-function launch on the stream
-        ``cuda_stream_ptr`` (LMCache's CUDA op calls ``cudaLaunchHostFunc`` from C++,
-        whose callback never takes the GIL).
-        """
+        finished (``after_stream.py`` says how: TODO(vendor) there)."""
         publish = functools.partial(
             torch_ops.record_completion_on_stream, cuda_stream_ptr, kind, payload
         )
-        getattr(torch, TORCH_MODULE_NAME).launch_host_func(cuda_stream_ptr, publish)
+        after_stream_work(cuda_stream_ptr, publish)
 
     def record_event_on_stream(
         self,
@@ -285,7 +283,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             dict(str_metadata),
             dict(int_metadata),
         )
-        getattr(torch, TORCH_MODULE_NAME).launch_host_func(cuda_stream_ptr, publish)
+        after_stream_work(cuda_stream_ptr, publish)
 {%- endif %}
 
 

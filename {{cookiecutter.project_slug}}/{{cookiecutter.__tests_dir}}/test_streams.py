@@ -16,12 +16,15 @@ from __future__ import annotations
 
 # Third Party
 from _support import RETURNS_AT_ONCE, held, run_python
+from conftest import EMULATOR_ENV_VAR
 import torch
 
 # First Party
 from lmcache.v1.platform import resolve_device_ops, torch_ops
 
 DEVICE = "{{ cookiecutter.device_name }}"
+PACKAGE = "{{ cookiecutter.__package }}"
+TORCH_MODULE = "{{ cookiecutter.__torch_module_name }}"
 
 
 def test_host_code_that_dereferences_a_device_address_crashes_naming_the_memory(
@@ -146,3 +149,49 @@ def test_completions_and_events_are_published_after_queued_work_without_waiting(
     assert [event[:2] for event in torch_ops.drain_recorded_events()] == [
         ("mp.store.end", "session")
     ]
+
+
+def test_without_host_functions_a_publish_waits_for_the_streams_work_then_runs(
+    emulator, lmcache_driven
+) -> None:  # type: ignore[no-untyped-def]
+    """A runtime without host functions (torch_npu, torch_musa; the emulator with
+    ``..._HOST_FUNCS=0``): completions, events and the server's host callbacks each
+    synchronize the stream, then publish on the caller's thread, as LMCache's NPU
+    backend does, instead of failing on the missing launch."""
+    done = run_python(
+        f"""
+import lmcache, torch
+from lmcache.v1.platform import resolve_device_ops, torch_ops
+from {PACKAGE}.cache_context import HostCallbackStream
+runtime, ops = torch.{TORCH_MODULE}, resolve_device_ops("{DEVICE}")
+assert not hasattr(runtime, "launch_host_func")
+stream, seen = runtime.Stream(0), []
+handle = runtime.stream_handle(stream)
+source = torch.ones(1 << 16, dtype=torch.uint8).pin_memory()
+target = torch.zeros(1 << 16, dtype=torch.uint8, device="{DEVICE}")
+def queue_a_copy():
+    with runtime.stream(stream):
+        target.copy_(source, non_blocking=True)
+    return stream.query()
+pending = queue_a_copy()
+ops.record_completion_on_stream(handle, "finish_write", b"1")
+seen.append((pending, stream.query(), torch_ops.drain_recorded_completions()))
+pending = queue_a_copy()
+ops.record_event_on_stream(handle, "mp.store.end", "s", dict(), dict())
+seen.append((pending, stream.query(), len(torch_ops.drain_recorded_events())))
+pending = queue_a_copy()
+callback = lambda pending: seen.append((pending, stream.query()))
+HostCallbackStream(stream).launch_host_func(callback, pending)
+print(seen)
+""",
+        env={
+            f"{EMULATOR_ENV_VAR}_HOST_FUNCS": "0",
+            f"{EMULATOR_ENV_VAR}_LATENCY_US": "300000",
+        },
+        fresh=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Each: (the stream's work pending before the call, done when it published, what)
+    completion, event = (False, True, [("finish_write", b"1")]), (False, True, 1)
+    want = [completion, event, (False, True)]
+    assert done.stdout.strip().splitlines()[-1] == repr(want)
