@@ -180,14 +180,13 @@ def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(
     assert all(same_bytes(got, want) for got, want in zip(out, expected, strict=True))
 
 
-#: Strided caches LMCache accepts (``kv_format/contiguity.py``): blocks-first memory,
-#: each block followed by PAD elements (a runtime's alignment). Per case: the format,
-#: the memory's dimension order (outermost first) and the padding.
+#: Strided caches every supported LMCache passes to the ops: blocks-first memory, each
+#: block followed by padding (a runtime's alignment). Per case: the format, the memory's
+#: dimension order (outermost first) and the padding. Padding in other formats reaches
+#: the ops up to lmcache 0.5.6; 0.5.7 refuses it (resolve_block_stride_and_log_layout).
 STRIDED = {
-    "flashinfer_nhd-padded": ("flashinfer_nhd", (0, 1, 2, 3, 4), 8),
     "mla-padded": ("mla", (0, 1, 2), 8),
     "flash_nhd-blocks_first": ("flash_nhd", (1, 0, 2, 3, 4), 0),
-    "flash_nhd-blocks_first-padded": ("flash_nhd", (1, 0, 2, 3, 4), 8),
 }
 
 
