@@ -187,20 +187,24 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
             raise ValueError(
                 f"unsupported transfer direction {direction!r}: expected H2D or D2H"
             )
+        device_view = self.tensor_from_ptr(
+            device_ptr, (nbytes,), torch.uint8, torch.device(DEVICE_TYPE)
+        )
+        host_view = torch.frombuffer(
+            (ctypes.c_uint8 * nbytes).from_address(host_ptr), dtype=torch.uint8
+        )
+        to_host = int(direction) == int(TransferDirection.D2H)
         pieces = host_pieces(nbytes, host_buffer_offset, host_buffer_alignments)
         for start, size in pieces:
 {%- if cookiecutter.lmcache_driven != 'no' %}
             check_host_pinned(host_ptr + start, size, "lmcache_memcpy_async")
 {%- endif %}
-            device_view = self.tensor_from_ptr(
-                device_ptr + start, (size,), torch.uint8, torch.device(DEVICE_TYPE)
-            )
-            host_bytes = (ctypes.c_uint8 * size).from_address(host_ptr + start)
-            host_view = torch.frombuffer(host_bytes, dtype=torch.uint8)
-            if int(direction) == int(TransferDirection.D2H):
-                host_view.copy_(device_view, non_blocking=True)
+            on_host = host_view[start : start + size]
+            on_device = device_view[start : start + size]
+            if to_host:
+                on_host.copy_(on_device, non_blocking=True)
             else:
-                device_view.copy_(host_view, non_blocking=True)
+                on_device.copy_(on_host, non_blocking=True)
 
     def multi_layer_block_kv_transfer(
         self,
