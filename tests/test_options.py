@@ -78,15 +78,20 @@ def test_in_tree_compat_module_neither_checks_the_release_nor_patches_the_wire_c
     assert "check_lmcache_version" not in compat and not (project / IN_TREE_PACKAGE / "_lmcache_compat" / "wire.py").exists()
     assert "check_lmcache_version" not in (project / IN_TREE_PACKAGE / "__init__.py").read_text()
     wrapper = (render(ownership="in_tree", lmcache_driven="opt_in") / IN_TREE_PACKAGE / "ipc_wrapper.py").read_text()
-    assert "from lmcache.v1.platform.base.ipc_wire import FooIPCData" in wrapper
+    imported = wrapper.split("from lmcache.v1.platform.base.ipc_wire import (", 1)[1].split(")", 1)[0].split()
+    assert imported == ["DTYPES,", "FooIPCData,", "FooPlaneData,", "TensorMetadata,"]  # isort's order
     assert "publish_wrapper_class" not in wrapper
 
 
 def test_wire_patch_adds_the_struct_its_union_member_and_its_allowlist_entry(render: Callable[..., Path]) -> None:
-    """The three ipc_wire.py edits LMCache 0.5.6 needs for a new wrapper, as a unified diff with consistent hunks."""
+    """The three ipc_wire.py edits LMCache 0.5.6 needs for a new wrapper (its descriptor holds a layer's planes, as NPU's
+    does), as a unified diff with consistent hunks."""
     patch = (render(ownership="in_tree", lmcache_driven="default", device_name="acme_npu") / "patches/0001-ipc-wire-acme_npu.patch").read_text()
     added = [line[1:] for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
-    assert 'class AcmeNpuIPCData(IPCData, tag="acme_npu"):' in added
+    struct = ["class AcmeNpuIPCData(", "    msgspec.Struct,", '    tag="acme_npu",', "    forbid_unknown_fields=True,", "):"]
+    assert any(added[i : i + 5] == struct for i in range(len(added))), added
+    assert "class AcmeNpuPlaneData(" in added
+    assert "    planes: tuple[AcmeNpuPlaneData, ...]" in added
     assert "    | AcmeNpuIPCData" in added
     entry = ["    AcmeNpuIPCData: (", '        "acme_npu.ipc_wrapper",', '        "AcmeNpuIPCWrapper",', "    ),"]
     assert any(added[i : i + 4] == entry for i in range(len(added))), added

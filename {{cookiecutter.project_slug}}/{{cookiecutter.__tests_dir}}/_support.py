@@ -61,9 +61,7 @@ def run_python(
     )
 
 
-def gather_to_cpu(
-    kv: dict[str, torch.Tensor], *args: Any, **kwargs: Any
-) -> list[torch.Tensor]:
+def gather_to_cpu(kv: dict[str, Any], *args: Any, **kwargs: Any) -> list[torch.Tensor]:
     """LMCache's ``gather_paged_kv_to_cpu``, then a synchronization of the KV caches'
     device: its copies into the CPU chunks may still run when it returns (its docstring
     leaves synchronizing to the caller)."""
@@ -71,7 +69,8 @@ def gather_to_cpu(
     from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu
 
     chunks = gather_paged_kv_to_cpu(kv, *args, **kwargs)
-    device = next(iter(kv.values())).device
+    first = next(iter(kv.values()))  # a layer: a tensor or its planes
+    device = (first if isinstance(first, torch.Tensor) else first[0]).device
     if device.type != "cpu":
         getattr(torch, device.type).synchronize(device)
     return chunks

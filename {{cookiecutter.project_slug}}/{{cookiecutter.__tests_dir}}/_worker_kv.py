@@ -41,7 +41,8 @@ def kv_shape(
     layout: str = "flash",
 ) -> dict[str, tuple[int, ...]]:
     """vLLM's layouts: flash attention (2, blocks, block_size, heads, head_size) per
-    layer, or MLA's one latent vector per token (blocks, block_size, head_size)."""
+    layer (``kv_planes`` too: registered as its two planes, ``on_device``), or MLA's
+    one latent vector per token (blocks, block_size, head_size)."""
     shape = (
         (blocks, BLOCK_SIZE, head_size)
         if layout == "mla"
@@ -54,6 +55,31 @@ def block_of(layer: torch.Tensor, block: int, layout: str) -> torch.Tensor:
     """One paged block of one layer, a view (the block dimension is MLA's first, flash
     attention's second)."""
     return layer[block] if layout == "mla" else layer[:, block]
+
+
+def on_device(layer: torch.Tensor, device: torch.device, layout: str) -> Any:
+    """A layer as the engine registers it: one tensor, or with ``kv_planes`` its (K, V)
+    planes, each an allocation of its own (vLLM's Ascend plugin registers tuples)."""
+    if layout == "kv_planes":
+        return tuple(plane.to(device) for plane in layer)
+    return layer.to(device)
+
+
+def planes_of(layer: Any) -> tuple[torch.Tensor, ...]:
+    return layer if isinstance(layer, tuple) else (layer,)
+
+
+def write_layer(layer: Any, values: torch.Tensor) -> None:
+    """Copy ``values`` (a layer as ``source_kv`` makes it) into a registered layer."""
+    parts = tuple(values) if isinstance(layer, tuple) else (values,)
+    for plane, part in zip(planes_of(layer), parts, strict=True):
+        plane.copy_(part)
+
+
+def on_host(layer: Any) -> torch.Tensor:
+    """A registered layer's bytes on the CPU, in ``source_kv``'s form."""
+    planes = [plane.cpu() for plane in planes_of(layer)]
+    return torch.stack(planes) if isinstance(layer, tuple) else planes[0]
 
 
 def engine_groups(layers: int, windows: list[int]) -> list[list[int]]:
@@ -72,7 +98,7 @@ def compare(
     """Positions ``i`` where ``target`` block ``target_blocks[i]`` holds ``stored``
     block ``source_blocks[i]`` byte for byte, and whether any other byte of ``target``
     (zeroed before the retrieve) is not zero."""
-    target, stored = target.cpu().view(torch.uint8), stored.view(torch.uint8)
+    target, stored = on_host(target).view(torch.uint8), stored.view(torch.uint8)
     restored = [
         i
         for i, (got, want) in enumerate(zip(target_blocks, source_blocks, strict=True))

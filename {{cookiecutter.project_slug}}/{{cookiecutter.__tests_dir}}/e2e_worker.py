@@ -49,8 +49,11 @@ from _worker_kv import (
     compare,
     engine_groups,
     make_adapter,
+    on_device,
+    planes_of,
     source_kv,
     token_ids,
+    write_layer,
 )
 import torch
 
@@ -80,7 +83,9 @@ def main() -> int:
         type=int,
         help=f"default {HEAD_SIZE}; {MLA_HEAD_SIZE} with --layout mla",
     )
-    parser.add_argument("--layout", default="flash", choices=["flash", "mla"])
+    parser.add_argument(
+        "--layout", default="flash", choices=["flash", "mla", "kv_planes"]
+    )
     parser.add_argument(
         "--first-token", type=int, default=7, help="distinct prompts for repeated runs"
     )
@@ -130,7 +135,9 @@ def main() -> int:
     source_blocks = [
         [g + block for block in range(used_blocks)] for g in range(len(groups))
     ]
-    source_kv_device = {name: t.to(device) for name, t in expected.items()}
+    source_kv_device = {
+        name: on_device(t, device, args.layout) for name, t in expected.items()
+    }
     source = make_adapter(args, source_kv_device)
     # First Party
     # after lmcache
@@ -142,7 +149,7 @@ def main() -> int:
         # the registered tensors stay; their bytes change
         if first_token != args.first_token:
             for name, values in kv_for(first_token).items():
-                source_kv_device[name].copy_(values)
+                write_layer(source_kv_device[name], values)
         prompt = token_ids(tokens, first_token)
         op = harness.load_store_op(
             prompt, [b[: -(-tokens // BLOCK_SIZE)] for b in source_blocks], 0, tokens
@@ -175,7 +182,7 @@ def main() -> int:
     # Both stay registered, as live vLLM workers are, so the scheduler's
     # lookups find this model's layout on the server.
     target = {
-        name: torch.zeros(t.shape, dtype=DTYPE, device=device)
+        name: on_device(torch.zeros(t.shape, dtype=DTYPE), device, args.layout)
         for name, t in expected.items()
     }
     destination = make_adapter(args, target)
@@ -192,8 +199,9 @@ def main() -> int:
     ]
 
     def retrieve(request_id: str, first_token: int) -> None:
-        for t in target.values():
-            t.zero_()
+        for layer in target.values():
+            for plane in planes_of(layer):
+                plane.zero_()
         prompt = token_ids(args.tokens, first_token)
         op = harness.load_store_op(prompt, target_blocks, 0, args.tokens)
         started = time.perf_counter()
@@ -231,7 +239,7 @@ def main() -> int:
             and all(len(p) == used_blocks for p in restored.values()),
             restored=restored,
             stray=stray,
-            kv_device_type=next(iter(target.values())).device.type,
+            kv_device_type=planes_of(next(iter(target.values())))[0].device.type,
             elapsed_ms=elapsed_ms,
         )
 

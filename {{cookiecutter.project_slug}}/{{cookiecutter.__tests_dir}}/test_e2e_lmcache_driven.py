@@ -133,21 +133,30 @@ def test_round_trip_is_byte_exact_with_the_server_running_the_plugin(
     assert not slow, f"the server took a slow path: {slow}"
 
 
+@pytest.mark.parametrize("layout", ["mla", "kv_planes"])
 @pytest.mark.parametrize("server", ["lmcache-driven"], indirect=True)
-def test_mla_latent_caches_round_trip_byte_exact_through_the_server(  # type: ignore[no-untyped-def]
-    server: LMCacheServer, spec, tmp_path: Path
+def test_mla_and_per_layer_k_v_tuples_round_trip_byte_exact_through_the_server(  # type: ignore[no-untyped-def]
+    server: LMCacheServer, spec, tmp_path: Path, layout: str
 ) -> None:
     """MLA (one latent vector per token: (blocks, block_size, head_size) per layer,
-    ``mla_only``): stored and retrieved by the server through this plugin's IPC wrapper,
-    cache context and ops, identical bytes."""
+    ``mla_only``) and layers registered as (K, V) tuples of separate allocations
+    (vLLM's Ascend plugin): stored and retrieved by the server through this plugin's
+    IPC wrapper, cache context and ops, identical bytes."""
+    # First Party
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        harness,
+    )
+
+    if layout == "kv_planes" and not harness.wraps_plane_sequences():
+        pytest.skip("this lmcache wraps only tensors: plane tuples arrive with 0.5.6")
     ranks = Cluster(
         server,
         tmp_path,
-        model=f"ld-mla-{next(_ids)}",
+        model=f"ld-{layout}-{next(_ids)}",
         world_size=1,
         tokens=TOKENS,
         mode=worker_mode(server, spec),
-        layout="mla",
+        layout=layout,
     )
     try:
         stored = ranks.stored[0]
@@ -156,7 +165,7 @@ def test_mla_latent_caches_round_trip_byte_exact_through_the_server(  # type: ig
             and stored["transfer_context"] == "LMCacheDrivenTransferContext"
         ), stored["log"][-3000:]
         request_id, hit = ranks.scheduler.lookup_until(
-            f"mla-{next(_ids)}", token_ids(TOKENS), TOKENS
+            f"{layout}-{next(_ids)}", token_ids(TOKENS), TOKENS
         )
         assert hit == TOKENS, "the store was acknowledged but never committed"
         retrieved = ranks.retrieve(request_id)

@@ -135,6 +135,37 @@ def test_layers_sharing_one_allocation_stay_mapped_until_the_last_wrapper_closes
     reopened.close()
 
 
+def test_a_layers_k_v_planes_come_back_as_a_tuple_of_aliases_and_unmap_together(  # type: ignore[no-untyped-def]
+    lmcache_driven,
+) -> None:
+    """A layer registered as separate (K, V) planes (vLLM's Ascend plugin): the server
+    gets the same tuple, each plane aliasing its own allocation; close unmaps both."""
+    keys, values = (
+        seeded_kv(SHAPE[1:], seed, device=DEVICE)["layer.0"] for seed in (8, 9)
+    )
+    wrapper = received(lmcache_driven, (keys, values))
+    assert wrapper == lmcache_driven.ipc_wrapper_cls.wrap((keys, values))
+    mappings = open_mappings() if on_emulator() else 0
+    planes = wrapper.to_tensor()
+    assert isinstance(planes, tuple) and len(planes) == 2
+    for view, plane in zip(planes, (keys, values), strict=True):
+        assert view.shape == plane.shape and torch.equal(view.cpu(), plane.cpu())
+    planes[1][4].fill_(5.0)
+    assert bool((values[4].cpu() == 5.0).all())
+    assert not bool((keys[4].cpu() == 5.0).all()), "a write to V must not reach K"
+    if on_emulator():
+        assert open_mappings() == mappings + 2, "one mapping per plane's allocation"
+    wrapper.close()
+    if on_emulator():
+        assert open_mappings() == mappings, "close must unmap every plane"
+    one_plane = received(lmcache_driven, [keys])
+    (single,) = one_plane.to_tensor()  # a sequence of one plane: a 1-tuple
+    assert torch.equal(single.cpu(), keys.cpu())
+    one_plane.close()
+    with pytest.raises(ValueError, match="planes"):
+        lmcache_driven.ipc_wrapper_cls.wrap(())
+
+
 def test_closing_a_wrapper_unmaps_even_while_its_tensors_live(lmcache_driven) -> None:  # type: ignore[no-untyped-def]
     """close() releases a dead worker's memory: the mapping does not wait for the
     garbage collector."""
@@ -196,7 +227,7 @@ def test_a_corrupted_descriptor_is_refused_and_maps_nothing(lmcache_driven) -> N
     with pytest.raises(Exception):  # noqa: B017, PT011 - the codec's own error type differs by release
         DeviceIPCWrapper.Deserialize(payload[: len(payload) // 2])
     wrapper = DeviceIPCWrapper.Deserialize(payload)
-    wrapper.handle = b"\x00" * 3
+    wrapper.planes = (wrapper.planes[0]._replace(handle=b"\x00" * 3),)
     mappings = open_mappings() if on_emulator() else 0
     with pytest.raises((ValueError, RuntimeError)):
         wrapper.to_tensor()

@@ -11,10 +11,14 @@ Skipped without native ops or without LMCache-driven transfer.
 # Future
 from __future__ import annotations
 
+# Standard
+from typing import Any
+
 # Third Party
 from _support import (
     BLOCK_IDS,
     BS,
+    LAYERS,
     gather_to_cpu,
     held,
     run_python,
@@ -33,8 +37,28 @@ DEVICE = "{{ cookiecutter.device_name }}"
 PACKAGE = "{{ cookiecutter.__package }}"
 TORCH_MODULE = "{{ cookiecutter.__torch_module_name }}"
 
-#: Per-layer shapes of a cache context's layers (exportable: 64 KiB and more).
-POINTER_MODE_SHAPES = {"flash_nhd": (2, 32, BS, 2, 32), "mla": (32, BS, 64)}
+#: Per-layer shapes of a cache context's layers (exportable: 64 KiB and more);
+#: ``kv_planes``: each of a layer's (K, V) planes, an allocation of its own.
+POINTER_MODE_SHAPES = {
+    "flash_nhd": (2, 32, BS, 2, 32),
+    "mla": (32, BS, 64),
+    "kv_planes": (32, BS, 2, 32),
+}
+
+
+def pointer_mode_kv(layout: str, seed: int) -> dict[str, Any]:
+    """A worker's layers on the CPU: tensors, or (K, V) tuples for ``kv_planes``."""
+    shape = POINTER_MODE_SHAPES[layout]
+    if layout != "kv_planes":
+        return seeded_kv(shape, seed)
+    planes = list(seeded_kv(shape, seed, layers=2 * LAYERS).values())
+    return {f"layer.{i}": (planes[2 * i], planes[2 * i + 1]) for i in range(LAYERS)}
+
+
+def on(device: str, layer: Any) -> Any:
+    if isinstance(layer, tuple):
+        return tuple(plane.to(device) for plane in layer)
+    return layer.to(device)
 
 
 @pytest.mark.parametrize("layout", sorted(POINTER_MODE_SHAPES))
@@ -42,16 +66,20 @@ def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  
     native, lmcache_driven, runtime, layout: str
 ) -> None:
     """The LMCache-driven server's call shape (a table of layer addresses, chunks in
-    the staging buffer) runs the kernels, D2H and H2D, with the baseline's bytes."""
+    the staging buffer) runs the kernels, D2H and H2D, with the baseline's bytes;
+    per-layer (K, V) planes too: the chunk holds every K, then every V."""
     # First Party
     from {{ cookiecutter.__package }}._lmcache_compat import (
         TransferDirection,
+        harness,
     )
 
+    if layout == "kv_planes" and not harness.wraps_plane_sequences():
+        pytest.skip("this lmcache wraps only tensors: plane tuples arrive with 0.5.6")
     hints = {"kv_layout": "NHD"}
-    source = seeded_kv(POINTER_MODE_SHAPES[layout], seed=13)
+    source = pointer_mode_kv(layout, seed=13)
     expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
-    kv = {name: t.to(DEVICE) for name, t in source.items()}
+    kv = {name: on(DEVICE, layer) for name, layer in source.items()}
     chunk = 2 * BS
     context = create_cache_context(wrap_kv_caches(kv), chunk, hints)
     staging = [context.get_temp_kernel_group_buffer(i, 0) for i in range(len(expected))]
@@ -81,10 +109,11 @@ def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  
     got = [buffer.cpu().reshape(-1).view(torch.uint8) for buffer in staging]
     want = [chunk_bytes.reshape(-1).view(torch.uint8) for chunk_bytes in expected]
     assert all(same_bytes(g, w) for g, w in zip(got, want, strict=True))
-    for t in kv.values():
-        t.zero_()
+    for layer in kv.values():
+        for plane in layer if isinstance(layer, tuple) else (layer,):
+            plane.zero_()
     transfer(TransferDirection.H2D)
-    back = {name: t.cpu() for name, t in kv.items()}
+    back = {name: on("cpu", layer) for name, layer in kv.items()}
     restored = gather_to_cpu(back, BLOCK_IDS, 2, layout_hints=hints)
     assert all(same_bytes(r, e) for r, e in zip(restored, expected, strict=True))
     context.close()

@@ -76,6 +76,17 @@ def engine_sub_path(transfer_ctx: Any) -> str:
     return type(context).__name__
 
 
+def wraps_plane_sequences() -> bool:
+    """lmcache 0.5.6+: a worker may register a layer as a sequence of planes (per-layer
+    ``(K, V)`` tuples) and LMCache hands it to the device's wrapper; before, LMCache
+    reads ``tensor.device`` and fails on a tuple before any plugin code runs."""
+    try:
+        lazy("wraps_plane_sequences")
+    except ImportError:
+        return False
+    return True
+
+
 def register_kv_caches(
     adapter: Any, kv_caches: dict[str, Any], engine_group_infos: Sequence[Any] = ()
 ) -> None:

@@ -60,6 +60,11 @@ HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
     # What the conformance tests call directly, as LMCache's server and workers do.
     "get_device_spec": (("lmcache.v1.platform", "get_device_spec", None, None),),
     "wrap_kv_caches": (("lmcache.v1.platform.kv_wrap", "wrap_kv_caches", None, None),),
+    # 0.5.6+: LMCache wraps a layer by get_device, so a worker may register a layer as
+    # its planes ((K, V) tuples); 0.5.4/0.5.5 read tensor.device (tensors only).
+    "wraps_plane_sequences": (
+        ("lmcache.v1.platform.kv_wrap", "get_device", "0.5.6", None),
+    ),
     "create_cache_context": (
         ("lmcache.v1.platform.cache_context", "create_cache_context", None, None),
     ),
