@@ -26,7 +26,8 @@ WHEEL_STYLE_CHECKS = (
 #: The most lines a rendered file may have: a vendor reads each on one screen.
 MAX_LINES = 300
 #: The modules LMCache-driven transfer adds to the package.
-LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "after_stream.py", "event_ipc.py", "pin_memory.py")
+LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "after_stream.py", "thread_context.py", "event_ipc.py",
+                          "pin_memory.py")
 #: The CPU emulator's package (its own distribution, ``__emulator_dir``): its Python and the C++ it compiles at load.
 EMULATOR_FILES = (
     "__init__.py", "_cache.py", "_device.py", "_streams.py", "csrc/emulator.h", "csrc/events.cpp", "csrc/faults.cpp",

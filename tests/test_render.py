@@ -100,7 +100,8 @@ EXPECTED_FILES = {
 NATIVE_FILES = {"setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/_native_plan.py", "src/lmcache_foo/native_ops.py"}
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py"
-    for name in ("ipc_wrapper", "cache_context", "after_stream", "event_ipc", "pin_memory", "_lmcache_compat/kv_layout",
+    for name in ("ipc_wrapper", "cache_context", "after_stream", "thread_context", "event_ipc", "pin_memory",
+                 "_lmcache_compat/kv_layout",
                  "_lmcache_compat/wire")
 }
 

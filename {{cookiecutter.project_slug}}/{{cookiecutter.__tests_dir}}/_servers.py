@@ -57,7 +57,13 @@ PLUGIN_SERVER_ENV: dict[str, str | None] = {
 SERVER_KINDS: dict[str, dict[str, Any]] = {
     "engine-pickle": {"transfer_mode": "engine_driven"},
     "engine-shm": {"transfer_mode": "engine_driven", "shm": True},
-    "lmcache-driven": {"transfer_mode": "lmcache_driven", "plugin": True},
+    # Its L1 is pinned by the lazy allocator's background thread, as a server's whose L1
+    # exceeds --l1-init-size-gb (20 GB by default) is: pinning from a thread of its own.
+    "lmcache-driven": {
+        "transfer_mode": "lmcache_driven",
+        "plugin": True,
+        "extra_args": ("--l1-init-size-gb", "0"),
+    },
     "auto": {"transfer_mode": "auto", "plugin": True},
 }
 #: LMCache names a server's SHM pool ``lmcache_l1_pool_<--shm-name>``; the suite's pools
@@ -274,6 +280,7 @@ class SharedServers:
                 transfer_mode=options["transfer_mode"],
                 shm_name=f"e2e_{DEVICE}_{os.getpid()}" if options.get("shm") else None,
                 env=PLUGIN_SERVER_ENV if options.get("plugin") else {},
+                extra_args=options.get("extra_args", ()),
             )
             server.start()
             self.running[kind] = server

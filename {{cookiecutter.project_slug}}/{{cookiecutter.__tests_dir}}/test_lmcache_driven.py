@@ -11,6 +11,7 @@ from __future__ import annotations
 
 # Standard
 import gc
+import threading
 import types
 
 # Third Party
@@ -213,6 +214,33 @@ def test_pin_backend_is_consistent(lmcache_driven) -> None:  # type: ignore[no-u
     assert (
         lmcache_driven.unpin_memory(host.data_ptr()) is lmcache_driven.is_pin_supported
     )
+
+
+def test_a_thread_that_never_set_its_device_pins_through_the_backend(  # type: ignore[no-untyped-def]
+    lmcache_driven, runtime
+) -> None:
+    """LMCache's lazy allocator pins from a thread of its own: the backend binds the
+    runtime's context there, which a runtime with per-thread contexts (Ascend's, and
+    the emulator's by default: the raw call fails first) needs before a registration."""
+    if not lmcache_driven.is_pin_supported:
+        pytest.skip(f"{type(lmcache_driven).__name__} does not support pinning")
+    host = torch.empty(1 << 16, dtype=torch.uint8)
+    results: list[object] = []
+
+    def pin() -> None:
+        try:
+            if getattr(runtime, "is_emulator", False):
+                with pytest.raises(RuntimeError, match="no device context"):
+                    runtime.host_register(host.data_ptr(), host.numel())
+            pinned = lmcache_driven.pin_memory(host.data_ptr(), host.numel())
+            results.append((pinned, lmcache_driven.unpin_memory(host.data_ptr())))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            results.append(exc)
+
+    thread = threading.Thread(target=pin)
+    thread.start()
+    thread.join(60)
+    assert results == [(True, True)]
 
 
 def test_pinning_refuses_a_null_pointer_or_an_empty_range(lmcache_driven) -> None:  # type: ignore[no-untyped-def]

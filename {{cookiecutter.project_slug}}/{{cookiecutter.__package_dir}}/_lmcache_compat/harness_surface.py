@@ -138,6 +138,7 @@ SERVER_FLAGS: dict[str, tuple[str | None, str | None]] = {
         "--http-host",
         "--http-port",
         "--l1-size-gb",
+        "--l1-init-size-gb",
         "--eviction-policy",
         "--chunk-size",
         "--max-workers",
