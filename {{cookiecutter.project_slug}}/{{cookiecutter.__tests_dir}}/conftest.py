@@ -119,13 +119,6 @@ def pytest_report_header() -> list[str]:
 
 # Third Party
 import pytest  # noqa: E402
-{%- if cookiecutter.lmcache_driven != 'no' and cookiecutter.ownership == 'wheel' %}
-
-#: LMCache's per-device tests, ported: the ``devices`` suite of lmcache_contract.py
-#: (``python tests/lmcache_contract.py --suite devices``), counted apart from this
-#: suite.
-collect_ignore = ["lmcache_ports"]
-{%- endif %}
 
 #: The markers this suite uses, with what they mean.
 MARKERS = (
