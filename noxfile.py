@@ -60,6 +60,7 @@ from tasks.variants import (  # noqa: E402
     OLDEST,
     PRERELEASE_VARIANTS,
     PRERELEASES,
+    QUICK_CONTRACT_SUITES,
     REPRESENTATIVE,
     ROOT,
     VARIANTS,
@@ -131,7 +132,7 @@ def lmcache_releases(session: nox.Session, lmcache: str) -> None:
     """One release: every wheel variant on the newest; on older ones and pre-releases fewer (``-- all``: every one)."""
     new = lmcache == NEWEST or lmcache in PRERELEASES  # LMCache's newest code: its multiprocess tests too
     default = WHEEL_VARIANTS if lmcache == NEWEST else PRERELEASE_VARIANTS if new else OLDER_RELEASE_VARIANTS
-    contract = CONTRACT_SUITES if new else ("platform",)
+    contract = CONTRACT_SUITES if new else QUICK_CONTRACT_SUITES
     prove_release(session, lmcache, select(session, WHEEL_VARIANTS, default=default), contract=contract)
 
 

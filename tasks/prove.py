@@ -32,7 +32,15 @@ from tasks.project import (
     typechecked_meanwhile,
 )
 from tasks.suite import Outcome, count, run_canary, run_contract, run_suite
-from tasks.variants import NEWEST, PRERELEASES, REPRESENTATIVE, VARIANTS, VENDOR_NOXFILE, is_in_tree
+from tasks.variants import (
+    NEWEST,
+    PRERELEASES,
+    QUICK_CONTRACT_SUITES,
+    REPRESENTATIVE,
+    VARIANTS,
+    VENDOR_NOXFILE,
+    is_in_tree,
+)
 
 
 def select(session: nox.Session, names: list[str], default: list[str]) -> list[str]:
@@ -48,7 +56,7 @@ def select(session: nox.Session, names: list[str], default: list[str]) -> list[s
 
 
 def prove_release(
-    session: nox.Session, release: str, names: list[str], contract: tuple[str, ...] = ("platform",)
+    session: nox.Session, release: str, names: list[str], contract: tuple[str, ...] = QUICK_CONTRACT_SUITES
 ) -> None:
     """Prove ``names`` one after another in the environment of ``release``, with progress and a timing
     table; the representative variant also runs LMCache's own ``contract`` suites (multiprocess: minutes)."""

@@ -49,10 +49,13 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 #: What ``nox -s generate_and_test`` proves with no arguments.
 REPRESENTATIVE = "native-lmcache-driven"
-#: LMCache's own test suites (its sdist) the representative variant runs in the release sessions (CI): on the
-#: newest release and the pre-releases, where LMCache's server code is new; the platform suite alone on older
-#: releases and in ``generate_and_test`` (the multiprocess one starts servers for one to two minutes).
-CONTRACT_SUITES = ("platform", "multiprocess")
+#: LMCache's own test suites the representative variant runs in the release sessions (CI): on the newest release
+#: and the pre-releases, where LMCache's server code is new, all of them; QUICK_CONTRACT_SUITES on older releases
+#: and in ``generate_and_test`` (the multiprocess one starts servers for one to two minutes).
+CONTRACT_SUITES = ("platform", "multiprocess", "devices")
+#: The platform suite (its sdist) and the devices one: LMCache's per-device tests, ported to the plugin
+#: (tests/lmcache_ports/, no sdist; about 9 s).
+QUICK_CONTRACT_SUITES = ("platform", "devices")
 #: What ``lmcache_releases`` proves on a release older than the newest (``-- all``: every wheel variant):
 #: the variants whose code differs by release. The compat layer's capability spellings, wire format
 #: (pickle before 0.5.6) and transfer-mode resolution all run in the representative pass; the spec

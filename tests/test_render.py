@@ -58,6 +58,7 @@ EXPECTED_FILES = {
     "src/lmcache_foo/py.typed",
     "emulator/pyproject.toml",
     *(f"emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES),
+    "tests/_contract_conftest.py",
     "tests/_engine.py",
     "tests/_forked.py",
     "tests/_lmcache_sdist.py",
@@ -104,6 +105,15 @@ LMCACHE_DRIVEN_FILES = {
                  "_lmcache_compat/kv_layout",
                  "_lmcache_compat/wire")
 }
+#: LMCache's per-device tests ported to the plugin (the contract's devices suite): wheels with LMCache-driven classes.
+PORTED_FILES = {
+    f"tests/lmcache_ports/{name}"
+    for name in ("README.md", "test_cuda_ipc_wrapper.py", "test_cuda_pin_memory.py", "test_cuda_tensor_from_ptr.py",
+                 "test_event_ipc_ordering.py", "test_musa_event_ipc.py", "test_musa_pin_memory.py",
+                 "test_npu_cache_context.py", "test_npu_device_ops_ordering.py", "test_npu_event_ipc.py",
+                 "test_npu_ipc_wrapper.py", "test_npu_pin_memory.py", "test_npu_tensor_from_ptr.py")
+}
+LMCACHE_DRIVEN_FILES |= PORTED_FILES
 
 
 def pyproject(project: Path) -> dict:
