@@ -23,6 +23,7 @@ import threading
 import time
 
 # Third Party
+from _worker_kv import planes_of
 import _spawn
 import torch
 
@@ -69,8 +70,7 @@ def gather_to_cpu(kv: dict[str, Any], *args: Any, **kwargs: Any) -> list[torch.T
     from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu
 
     chunks = gather_paged_kv_to_cpu(kv, *args, **kwargs)
-    first = next(iter(kv.values()))  # a layer: a tensor or its planes
-    device = (first if isinstance(first, torch.Tensor) else first[0]).device
+    device = planes_of(next(iter(kv.values())))[0].device
     if device.type != "cpu":
         getattr(torch, device.type).synchronize(device)
     return chunks

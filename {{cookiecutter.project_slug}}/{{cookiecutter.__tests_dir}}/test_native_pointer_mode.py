@@ -25,6 +25,7 @@ from _support import (
     same_bytes,
     seeded_kv,
 )
+from _worker_kv import planes_of
 import pytest
 import torch
 
@@ -110,7 +111,7 @@ def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  
     want = [chunk_bytes.reshape(-1).view(torch.uint8) for chunk_bytes in expected]
     assert all(same_bytes(g, w) for g, w in zip(got, want, strict=True))
     for layer in kv.values():
-        for plane in layer if isinstance(layer, tuple) else (layer,):
+        for plane in planes_of(layer):
             plane.zero_()
     transfer(TransferDirection.H2D)
     back = {name: on("cpu", layer) for name, layer in kv.items()}

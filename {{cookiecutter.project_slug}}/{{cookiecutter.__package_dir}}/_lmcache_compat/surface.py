@@ -111,6 +111,7 @@ NAMES: dict[str, tuple[Location, ...]] = {
     "get_group_data_ptrs": (
         ("lmcache.v1.gpu_connector.utils", "get_group_data_ptrs", None, None),
     ),
+    "get_device": (("lmcache.v1.gpu_connector.utils", "get_device", None, None),),
     "normalize_and_discover_per_layer_formats": (
         (
             "lmcache.v1.gpu_connector.utils",
@@ -252,6 +253,7 @@ CALLS: dict[str, tuple[Shape, ...]] = {
     "normalize_and_discover_per_layer_formats": always(4),
     "engine_group_layer_indices": always(1),
     "get_group_data_ptrs": always(3),
+    "get_device": always(1),
     "infer_kv_dtype": always(3),
     "kv_format_spec": always(1),
     "KVLayerGroupsManager": always(
