@@ -98,7 +98,10 @@ EXPECTED_FILES = {
     "tests/test_spawn.py",
     "tests/test_streams.py",
 }
-NATIVE_FILES = {"setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/_native_plan.py", "src/lmcache_foo/native_ops.py"}
+NATIVE_FILES = {
+    "setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/_recorders.cpp", "src/lmcache_foo/_native_plan.py",
+    "src/lmcache_foo/native_ops.py",
+}  # fmt: skip
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py"
     for name in ("ipc_wrapper", "cache_context", "after_stream", "thread_context", "event_ipc", "pin_memory",

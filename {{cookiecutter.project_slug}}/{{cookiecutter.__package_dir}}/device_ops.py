@@ -19,8 +19,9 @@ gets wrong for a non-CUDA device:
   objects as CPU tensors, but the server passes addresses in its
   {{ cookiecutter.device_name }} staging buffer;
 * ``record_completion_on_stream`` / ``record_event_on_stream``: the baseline
-  publishes at once, before queued device work has finished; these publish after
-  it (``after_stream.py``).
+  publishes at once, before queued device work has finished; these synchronize
+  the stream first (``after_stream.py``){{ "; the native ops publish from host
+  functions instead" if cookiecutter.native_ops == "yes" else "" }}.
 {%- endif %}
 
 Imported lazily by ``{{ cookiecutter.class_prefix }}DeviceSpec.ops_cls``, after
@@ -264,7 +265,8 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         self, cuda_stream_ptr: int, kind: str, payload: bytes
     ) -> None:
         """Publish a completion once the work queued on the stream before it has
-        finished (``after_stream.py`` says how: TODO(vendor) there)."""
+        finished: synchronize, then publish (``after_stream.py``, TODO(vendor)
+        there)."""
         publish = functools.partial(
             torch_ops.record_completion_on_stream, cuda_stream_ptr, kind, payload
         )

@@ -11,15 +11,14 @@ the end-to-end tests in ``_engine.py``.
 from __future__ import annotations
 
 # Standard
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 # Third Party
@@ -103,36 +102,75 @@ class Hold:
 
 @contextmanager
 def held(stream: Any, timeout: float = 5) -> Iterator[Hold]:
-    """``stream`` blocked behind a host function until the block ends: work queued on
-    it meanwhile has not run, deterministically. Fails the test if the hold expires
-    first (after ``timeout``: the block waited for the stream it holds). Skips the test
-    on a runtime without ``launch_host_func``."""
+    """``stream`` held until the block ends (the emulator's ``hold_stream``): work
+    queued on it meanwhile has not run, deterministically. Fails the test if the hold
+    expires first (after ``timeout``: the block waited for the stream it holds). Skips
+    the test on a runtime without that test facility (a device)."""
     # Third Party
     import pytest
 
-    launch = getattr(getattr(torch, stream.device.type), "launch_host_func", None)
-    if launch is None:
-        pytest.skip(
-            f"torch.{stream.device.type} has no launch_host_func to hold a stream with"
-        )
-    gate, expired = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        if not gate.wait(timeout):
-            expired.set()
-
-    launch(stream, hold)
+    hold_stream = getattr(getattr(torch, stream.device.type), "hold_stream", None)
+    if hold_stream is None:
+        pytest.skip(f"torch.{stream.device.type} has no hold_stream (the emulator's)")
+    hold = hold_stream(stream, timeout)
+    expired = False
     try:
         yield Hold()
     finally:
-        gate.set()
+        expired = hold.release()
     # Not in `finally`: an error raised in the block is the one to report.
-    assert not expired.is_set(), (
+    assert not expired, (
         f"the hold on {stream} expired after {timeout:g}s, before its block ended: a "
         "call in the block waited for the held stream (a blocking copy or a "
         "synchronize?), so the stream ran its queue and the test's ordering is not "
         "what it claims. Queue that call before the hold, or make it non-blocking."
     )
+
+
+class Published(NamedTuple):
+    """What ``publish_behind_a_hold`` saw."""
+
+    early: list  # drained as soon as the publishing call returned
+    late: list  # drained once the stream had run
+    waited: bool  # the call returned only after the held work had run
+
+    @property
+    def too_soon(self) -> bool:
+        """Published while the work queued before the publish had not run."""
+        return bool(self.early) and not self.waited
+
+
+def publish_behind_a_hold(
+    stream: Any,
+    publish: Callable[[], object],
+    drain: Callable[[], list],
+    seconds: float = 1.0,
+) -> Published:
+    """Call ``publish()`` while ``stream`` is held for ``seconds``, and say when what
+    it published appeared. Either way of publishing after a stream's work passes: a
+    host function (returns at once, publishes later; one that takes the GIL is
+    reported as a deadlock here) or a synchronization (returns once the hold has
+    expired)."""
+    runtime = getattr(torch, stream.device.type)
+    drain()  # what earlier tests left
+    hold = runtime.hold_stream(stream, seconds)
+    try:
+        publish()
+        early = drain()
+    finally:
+        waited = hold.release()
+    # The runtime module's own wait, which keeps the GIL behind a host function (as a
+    # vendor binding may; torch's Stream.synchronize releases it).
+    runtime.synchronize(stream.device)
+    return Published(early, drain(), waited)
+
+
+def publishes_from_host_functions(ops: Any, device: str) -> bool:
+    """Whether ``ops`` publish completions from host functions (native recorders on a
+    runtime that launches them) rather than by synchronizing the stream first."""
+    recorder = getattr(ops.record_completion_on_stream, "__module__", None) or ""
+    runtime = getattr(torch, device)
+    return recorder.endswith(".native_ops") and hasattr(runtime, "host_func_launcher")
 
 
 #: Paged KV geometry shared by the op-level tests: block size, blocks, heads, head size,

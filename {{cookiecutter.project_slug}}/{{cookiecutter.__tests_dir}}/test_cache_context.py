@@ -11,14 +11,17 @@ checked in ``test_cache_context_staging.py``.
 # Future
 from __future__ import annotations
 
+# Standard
+import threading
+
 # Third Party
-from _support import RETURNS_AT_ONCE, held, seeded_kv
+from _support import publish_behind_a_hold, seeded_kv
 from conftest import on_emulator, open_mappings
 import pytest
 import torch
 
 # First Party
-from lmcache.v1.platform import resolve_device_ops, torch_ops
+from lmcache.v1.platform import resolve_device_ops
 from lmcache.v1.platform.cache_context import create_cache_context
 from lmcache.v1.platform.kv_wrap import wrap_kv_caches
 
@@ -78,26 +81,34 @@ def test_closing_a_cache_context_drains_its_stream_then_unmaps_and_twice_closes_
     assert log.count("close") == len(source)
 
 
-def test_host_callbacks_run_after_the_contexts_stream_work_and_return_at_once(
+def test_host_callbacks_run_on_the_callers_thread_once_the_contexts_stream_has_run(
     lmcache_driven,
 ) -> None:  # type: ignore[no-untyped-def]
     """cupy_stream.launch_host_func (LMCache releases events and read locks with it)
-    waits for nothing itself."""
+    runs no Python on the stream: it waits for the context's stream, then calls back
+    on the caller's thread, as LMCache's NPU and MUSA contexts do."""
     context = create_cache_context(
         wrap_kv_caches(kv_caches()), CHUNK, {"kv_layout": "NHD"}
     )
-    calls: list[str] = []
-    with held(context.stream) as hold:
-        context.cupy_stream.launch_host_func(calls.append, "done")
-        took = hold.settle()
-        early = list(calls)
-    context.cupy_stream.synchronize()
-    context.close()
-    assert took < RETURNS_AT_ONCE, (
-        f"launch_host_func blocked its caller for {took:.1f}s"
+    calls: list[tuple[str, int]] = []
+
+    def callback(arg: str) -> None:
+        calls.append((arg, threading.get_ident()))
+
+    def drain() -> list[tuple[str, int]]:
+        drained = list(calls)
+        calls.clear()
+        return drained
+
+    seen = publish_behind_a_hold(
+        context.stream,
+        lambda: context.cupy_stream.launch_host_func(callback, "done"),
+        drain,
     )
-    assert (early, calls) == ([], ["done"]), (
-        "the callback ran before the work queued ahead of it"
+    context.close()
+    assert not seen.too_soon, "the callback ran before the work queued ahead of it"
+    assert (seen.early, seen.late) == ([("done", threading.get_ident())], []), (
+        "the callback ran on another thread (the stream's?)"
     )
 
 
@@ -111,16 +122,16 @@ def test_a_completion_on_cupy_stream_ptr_waits_for_the_contexts_stream_not_the_c
         wrap_kv_caches(kv_caches()), CHUNK, {"kv_layout": "NHD"}
     )
     ops = resolve_device_ops(DEVICE)
-    torch_ops.drain_recorded_completions()  # what earlier tests left
-    with held(context.stream) as hold:
-        ops.record_completion_on_stream(context.cupy_stream.ptr, "finish_write", b"1")
-        hold.settle()
-        early = torch_ops.drain_recorded_completions()
-    context.cupy_stream.synchronize()
-    published = torch_ops.drain_recorded_completions()
+    seen = publish_behind_a_hold(
+        context.stream,
+        lambda: ops.record_completion_on_stream(
+            context.cupy_stream.ptr, "finish_write", b"1"
+        ),
+        ops.drain_recorded_completions,
+    )
     context.close()
-    assert early == [], "published before the context's stream had run its work"
-    assert published == [("finish_write", b"1")]
+    assert not seen.too_soon, "published before the context's stream had run its work"
+    assert seen.early + seen.late == [("finish_write", b"1")]
 
 
 def test_a_cache_context_that_fails_part_way_unmaps_what_it_had_mapped(

@@ -6,21 +6,31 @@ On a device, work queued on a stream runs later, and host code cannot touch
 device memory. Code that publishes, reads or frees before queued work has run,
 or dereferences a device pointer, passes on a kind emulator and fails on
 hardware; the CPU emulator is strict for that reason. The first tests pin down
-the runtime's rules the plugin relies on (a stream held behind a host function
-makes them deterministic); the last ones check that the plugin's recorders
-publish after the queued work, without blocking the caller.
+the runtime's rules the plugin relies on (a held stream makes them
+deterministic); the last ones check that the plugin's recorders publish after
+the queued work, and never run Python on a stream.
 """
 
 # Future
 from __future__ import annotations
 
+# Standard
+import time
+
 # Third Party
-from _support import RETURNS_AT_ONCE, held, run_python
+from _support import (
+    SETTLE,
+    held,
+    publish_behind_a_hold,
+    publishes_from_host_functions,
+    run_python,
+)
 from conftest import EMULATOR_ENV_VAR
+import pytest
 import torch
 
 # First Party
-from lmcache.v1.platform import resolve_device_ops, torch_ops
+from lmcache.v1.platform import resolve_device_ops
 
 DEVICE = "{{ cookiecutter.device_name }}"
 PACKAGE = "{{ cookiecutter.__package }}"
@@ -119,36 +129,68 @@ def test_a_stream_waiting_on_an_event_runs_after_the_events_work(runtime) -> Non
     assert torch.equal(target.cpu(), source.cpu())
 
 
-def test_completions_and_events_are_published_after_queued_work_without_waiting(  # type: ignore[no-untyped-def]
+def test_a_host_function_that_takes_the_gil_is_a_deadlock_a_wait_reports(
+    runtime,
+) -> None:  # type: ignore[no-untyped-def]
+    """A runtime launches host functions as C function pointers, and its waits need not
+    release the GIL: a Python callable passed as one (through ctypes) blocks on the GIL
+    that a thread waiting for the stream holds. The emulator's waits keep the GIL while
+    a host function is queued and report that deadlock instead of hanging."""
+    # Standard
+    import ctypes
+
+    if not hasattr(runtime, "host_func_launcher"):
+        pytest.skip(f"torch.{TORCH_MODULE} launches no host functions")
+    stream, calls = runtime.Stream(0), []
+    callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: calls.append(1))
+    launch = ctypes.CFUNCTYPE(
+        ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
+    )(runtime.host_func_launcher())
+    handle = runtime.stream_handle(stream)
+    assert launch(handle, ctypes.cast(callback, ctypes.c_void_p), None) == 0
+    with pytest.raises(RuntimeError, match="deadlock: this thread holds the GIL"):
+        runtime.synchronize()  # the runtime's own wait (torch's Stream releases it)
+    time.sleep(SETTLE)  # the GIL free: the callback runs
+    runtime.synchronize()
+    assert calls == [1]
+
+
+def test_completions_and_events_are_published_only_after_the_streams_queued_work(  # type: ignore[no-untyped-def]
     runtime, lmcache_driven
 ) -> None:
-    """record_completion_on_stream / record_event_on_stream: nothing is published while
-    the stream's earlier work is pending (an LMCache-driven server commits a store on
-    "finish_write"), and neither call waits for it."""
+    """record_completion_on_stream / record_event_on_stream publish nothing before the
+    stream's earlier work has run (an LMCache-driven server commits a store on
+    "finish_write"): from a host function that runs no Python, returning at once, where
+    the native recorders run on a runtime that launches them (the stream's wait keeps
+    the GIL meanwhile); else by synchronizing first."""
     ops = resolve_device_ops(DEVICE)
     stream = runtime.Stream(0)
     handle = lmcache_driven.get_stream_handle(stream)
-    torch_ops.drain_recorded_completions()  # what earlier tests left
-    torch_ops.drain_recorded_events()
-    with held(stream) as hold:
-        ops.record_completion_on_stream(handle, "finish_write", b"payload")
-        ops.record_event_on_stream(
-            handle, "mp.store.end", "session", {"device": DEVICE}, {"bytes": 1}
-        )
-        took = hold.settle()
-        early = (
-            torch_ops.drain_recorded_completions(),
-            torch_ops.drain_recorded_events(),
-        )
-    stream.synchronize()
-    assert took < RETURNS_AT_ONCE, (
-        f"a recorder blocked its caller for {took:.1f}s: launch a host function instead"
+    completion = publish_behind_a_hold(
+        stream,
+        lambda: ops.record_completion_on_stream(handle, "finish_write", b"payload"),
+        ops.drain_recorded_completions,
     )
-    assert early == ([], []), "published before the work queued ahead of it had run"
-    assert torch_ops.drain_recorded_completions() == [("finish_write", b"payload")]
-    assert [event[:2] for event in torch_ops.drain_recorded_events()] == [
-        ("mp.store.end", "session")
+    event = publish_behind_a_hold(
+        stream,
+        lambda: ops.record_event_on_stream(
+            handle, "mp.store.end", "session", {"device": DEVICE}, {"bytes": 1}
+        ),
+        ops.drain_recorded_events,
+    )
+    assert not completion.too_soon and not event.too_soon, (
+        "published before the work queued ahead of it had run"
+    )
+    assert completion.early + completion.late == [("finish_write", b"payload")]
+    published = event.early + event.late
+    assert [(e[0], e[1], e[3], e[4]) for e in published] == [
+        ("mp.store.end", "session", {"device": DEVICE}, {"bytes": 1})
     ]
+    if publishes_from_host_functions(ops, DEVICE):
+        assert not (completion.waited or event.waited), (
+            "a recorder blocked its caller until the stream's work had run: with host "
+            "functions it publishes from one"
+        )
 
 
 def test_without_host_functions_a_publish_waits_for_the_streams_work_then_runs(
@@ -164,7 +206,7 @@ import lmcache, torch
 from lmcache.v1.platform import resolve_device_ops, torch_ops
 from {PACKAGE}.cache_context import HostCallbackStream
 runtime, ops = torch.{TORCH_MODULE}, resolve_device_ops("{DEVICE}")
-assert not hasattr(runtime, "launch_host_func")
+assert not hasattr(runtime, "host_func_launcher")
 stream, seen = runtime.Stream(0), []
 handle = runtime.stream_handle(stream)
 source = torch.ones(1 << 16, dtype=torch.uint8).pin_memory()
