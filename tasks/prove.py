@@ -33,6 +33,7 @@ from tasks.project import (
 )
 from tasks.suite import Outcome, count, run_canary, run_contract, run_suite
 from tasks.variants import (
+    EMULATOR_RUNTIMES,
     NEWEST,
     PRERELEASES,
     QUICK_CONTRACT_SUITES,
@@ -84,6 +85,10 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
         check_statically(session, env, project, cache=mypy_cache, types=False)
         wheel = None if is_in_tree(variant) else build_wheel(session, env, project)
     env_vars: dict[str, str | None] = {ctx["__emulator_env_var"]: "1" if emulator else None}
+    if emulator and name in EMULATOR_RUNTIMES:
+        rules = {f"{ctx['__emulator_env_var']}_{rule}": value for rule, value in EMULATOR_RUNTIMES[name].items()}
+        session.log(f"{name}: the suite's emulator runs with " + " ".join(f"{k}={v}" for k, v in rules.items()))
+        env_vars |= rules
     tests = project / ctx["__tests_dir"]
     env.uninstall_plugins(session, ctx["project_slug"], emulator_distribution(ctx))  # the previous variant's
     if emulator:
