@@ -185,6 +185,16 @@ KV_LAYOUTS: dict[str, tuple[tuple[int, ...], dict[str, str]]] = {
     "flashinfer_nhd": ((NB, 2, BS, NH, HS), {"kv_layout": "NHD"}),
     "mla": ((NB, BS, HS), {"kv_layout": "NHD"}),
 }
+#: Strided caches every supported LMCache takes (``_worker_kv.MEMORY``), by case: the
+#: format (KV_LAYOUTS), the memory and the block dim. LMCache gives the ops flash
+#: attention stored blocks first as flashinfer's layout, padded MLA with its
+#: ``block_stride_elems``. Padding in other formats: on the tensor path 0.5.4-0.5.6
+#: hand it to the ops and 0.5.7 refuses it; a cache context refuses it on every
+#: release (``resolve_block_stride_and_log_layout``).
+STRIDED: dict[str, tuple[str, str, int]] = {
+    "mla-padded": ("mla", "padded", 0),
+    "flash_nhd-blocks_first": ("flash_nhd", "blocks_first", 1),
+}
 
 
 def seeded_kv(

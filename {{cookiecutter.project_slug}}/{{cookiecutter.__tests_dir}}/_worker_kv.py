@@ -16,6 +16,7 @@ from __future__ import annotations
 # Standard
 from typing import Any
 import argparse
+import math
 
 # Third Party
 import torch
@@ -57,12 +58,69 @@ def block_of(layer: torch.Tensor, block: int, layout: str) -> torch.Tensor:
     return layer[block] if layout == "mla" else layer[:, block]
 
 
-def on_device(layer: torch.Tensor, device: torch.device, layout: str) -> Any:
-    """A layer as the engine registers it: one tensor, or with ``kv_planes`` its (K, V)
-    planes, each an allocation of its own (vLLM's Ascend plugin registers tuples)."""
+#: How a layer's memory may be laid out (``--memory``): as its shape says; blocks
+#: outermost (flash attention's [2, NB, ...] stored as [NB, 2, ...]); or blocks
+#: outermost, each followed by PADDING elements (a runtime's alignment, a pool shared
+#: with larger groups), and PADDING before the first (a view at a storage offset).
+#: LMCache takes padding only in its block-axis formats (MLA's here, not flashinfer's
+#: [NB, 2, ...]): others it refuses before any op (resolve_block_stride_and_log_layout).
+MEMORY = ("tight", "blocks_first", "padded")
+PADDING = 8
+#: What the memory outside the view holds: a copy that writes the padding shows.
+PAD_VALUE = -1
+
+
+def strided(
+    layer: torch.Tensor, device: torch.device | str, memory: str, block_dim: int
+) -> torch.Tensor:
+    """``layer`` copied to ``device`` in ``memory``'s layout (see MEMORY): a view of
+    ``layer``'s shape over an allocation holding PAD_VALUE wherever the view does not
+    reach."""
+    order = (block_dim, *(d for d in range(layer.dim()) if d != block_dim))
+    outer = [layer.shape[d] for d in order]
+    steps = [math.prod(outer[i + 1 :]) for i in range(len(outer))]
+    offset = PADDING if memory == "padded" else 0
+    steps[0] += offset
+    strides = [0] * layer.dim()
+    for position, dim in enumerate(order):
+        strides[dim] = steps[position]
+    size = offset + steps[0] * outer[0]
+    allocation = torch.full((size,), PAD_VALUE, dtype=layer.dtype).to(device)
+    view = allocation.as_strided(layer.shape, strides, offset)
+    view.copy_(layer)
+    return view
+
+
+def outside_view(view: torch.Tensor) -> torch.Tensor:
+    """The elements of ``view``'s allocation that ``view`` does not reach, on the CPU
+    (its padding; none for a tight layer)."""
+    count = view.untyped_storage().nbytes() // view.element_size()
+    whole = torch.empty(0, dtype=view.dtype, device=view.device)
+    whole = whole.set_(view.untyped_storage(), 0, (count,), (1,)).cpu()
+    outside = torch.ones(count, dtype=torch.bool)
+    outside.as_strided(view.shape, view.stride(), view.storage_offset()).fill_(False)
+    return whole[outside]
+
+
+def on_device(
+    layer: torch.Tensor, device: torch.device, layout: str, memory: str = "tight"
+) -> Any:
+    """A layer as the engine registers it: one tensor (in ``memory``'s layout), or with
+    ``kv_planes`` its (K, V) planes, each an allocation of its own (vLLM's Ascend plugin
+    registers tuples)."""
     if layout == "kv_planes":
         return tuple(plane.to(device) for plane in layer)
-    return layer.to(device)
+    if memory == "tight":
+        return layer.to(device)
+    return strided(layer, device, memory, block_dim=0 if layout == "mla" else 1)
+
+
+def padding_intact(layer: Any) -> bool:
+    """Whether every element outside a registered layer's planes still holds
+    PAD_VALUE."""
+    return all(
+        bool((outside_view(plane) == PAD_VALUE).all()) for plane in planes_of(layer)
+    )
 
 
 def planes_of(layer: Any) -> tuple[torch.Tensor, ...]:

@@ -16,8 +16,8 @@ Protocol (one JSON line per step on stdout; logs go to stderr):
                lookup with that id): retrieve into disjoint zeroed blocks,
                compare bytes -> {"phase": "retrieve", ...}
                (per layer, the block positions restored byte-exact and the
-               layers with bytes written outside them: a sliding window
-               restores only its window)
+               layers with bytes written outside them, padding included: a
+               sliding window restores only its window)
   stdin line   ``store <first token> [tokens]``: store another prompt
                (``--tokens`` long unless given), with KV bytes seeded by it (so
                a retrieve that returned another prompt's chunks shows)
@@ -44,12 +44,14 @@ from _worker_kv import (
     BLOCK_SIZE,
     DTYPE,
     HEAD_SIZE,
+    MEMORY,
     MLA_HEAD_SIZE,
     NUM_HEADS,
     compare,
     engine_groups,
     make_adapter,
     on_device,
+    padding_intact,
     planes_of,
     source_kv,
     token_ids,
@@ -87,6 +89,12 @@ def main() -> int:
         "--layout", default="flash", choices=["flash", "mla", "kv_planes"]
     )
     parser.add_argument(
+        "--memory",
+        default="tight",
+        choices=MEMORY,
+        help="how a layer's memory is laid out (_worker_kv.MEMORY); one tensor only",
+    )
+    parser.add_argument(
         "--first-token", type=int, default=7, help="distinct prompts for repeated runs"
     )
     parser.add_argument(
@@ -98,6 +106,8 @@ def main() -> int:
         "LMCache-driven only",
     )
     args = parser.parse_args()
+    if args.layout == "kv_planes" and args.memory != "tight":
+        parser.error("--layout kv_planes registers tight planes only")
     args.head_size = args.head_size or (
         MLA_HEAD_SIZE if args.layout == "mla" else HEAD_SIZE
     )
@@ -136,7 +146,8 @@ def main() -> int:
         [g + block for block in range(used_blocks)] for g in range(len(groups))
     ]
     source_kv_device = {
-        name: on_device(t, device, args.layout) for name, t in expected.items()
+        name: on_device(t, device, args.layout, args.memory)
+        for name, t in expected.items()
     }
     source = make_adapter(args, source_kv_device)
     # First Party
@@ -182,7 +193,9 @@ def main() -> int:
     # Both stay registered, as live vLLM workers are, so the scheduler's
     # lookups find this model's layout on the server.
     target = {
-        name: on_device(torch.zeros(t.shape, dtype=DTYPE), device, args.layout)
+        name: on_device(
+            torch.zeros(t.shape, dtype=DTYPE), device, args.layout, args.memory
+        )
         for name, t in expected.items()
     }
     destination = make_adapter(args, target)
@@ -228,7 +241,8 @@ def main() -> int:
                 source_blocks[group],
                 args.layout,
             )
-            if written_elsewhere:
+            # a padded layer's padding is elsewhere too
+            if written_elsewhere or not padding_intact(target[name]):
                 stray.append(name)
         report(
             phase="retrieve",

@@ -133,15 +133,25 @@ def test_round_trip_is_byte_exact_with_the_server_running_the_plugin(
     assert not slow, f"the server took a slow path: {slow}"
 
 
-@pytest.mark.parametrize("layout", ["mla", "kv_planes"])
+# Registered layouts beyond a tight flash cache (strided: as _support.STRIDED).
+@pytest.mark.parametrize(
+    ("layout", "memory"),
+    [
+        ("mla", "tight"),
+        ("kv_planes", "tight"),
+        ("mla", "padded"),
+        ("flash", "blocks_first"),
+    ],
+)
 @pytest.mark.parametrize("server", ["lmcache-driven"], indirect=True)
-def test_mla_and_per_layer_k_v_tuples_round_trip_byte_exact_through_the_server(  # type: ignore[no-untyped-def]
-    server: LMCacheServer, spec, tmp_path: Path, layout: str
+def test_mla_plane_tuples_and_strided_caches_round_trip_byte_exact_through_the_server(  # type: ignore[no-untyped-def]
+    server: LMCacheServer, spec, tmp_path: Path, layout: str, memory: str
 ) -> None:
-    """MLA (one latent vector per token: (blocks, block_size, head_size) per layer,
-    ``mla_only``) and layers registered as (K, V) tuples of separate allocations
-    (vLLM's Ascend plugin): stored and retrieved by the server through this plugin's
-    IPC wrapper, cache context and ops, identical bytes."""
+    """MLA ((blocks, block_size, head_size) per layer, ``mla_only``), layers registered
+    as (K, V) tuples of separate allocations (vLLM's Ascend plugin), padded MLA blocks
+    and flash attention stored blocks first: stored and retrieved by the server through
+    this plugin's IPC wrapper (strides and offsets kept), cache context and ops: same
+    bytes, the padding never written, no slow path."""
     # First Party
     from {{ cookiecutter.__package }}._lmcache_compat import (
         harness,
@@ -149,14 +159,16 @@ def test_mla_and_per_layer_k_v_tuples_round_trip_byte_exact_through_the_server( 
 
     if layout == "kv_planes" and not harness.wraps_plane_sequences():
         pytest.skip("this lmcache wraps only tensors: plane tuples arrive with 0.5.6")
+    logged = len(server.log())
     ranks = Cluster(
         server,
         tmp_path,
-        model=f"ld-{layout}-{next(_ids)}",
+        model=f"ld-{layout}-{memory}-{next(_ids)}",
         world_size=1,
         tokens=TOKENS,
         mode=worker_mode(server, spec),
         layout=layout,
+        worker_args=["--memory", memory],
     )
     try:
         stored = ranks.stored[0]
@@ -165,7 +177,7 @@ def test_mla_and_per_layer_k_v_tuples_round_trip_byte_exact_through_the_server( 
             and stored["transfer_context"] == "LMCacheDrivenTransferContext"
         ), stored["log"][-3000:]
         request_id, hit = ranks.scheduler.lookup_until(
-            f"{layout}-{next(_ids)}", token_ids(TOKENS), TOKENS
+            f"{layout}-{memory}-{next(_ids)}", token_ids(TOKENS), TOKENS
         )
         assert hit == TOKENS, "the store was acknowledged but never committed"
         retrieved = ranks.retrieve(request_id)
@@ -175,6 +187,8 @@ def test_mla_and_per_layer_k_v_tuples_round_trip_byte_exact_through_the_server( 
         )
     finally:
         assert ranks.close() == [0], "the rank must unregister and exit cleanly"
+    slow = [x for x in server.log()[logged:].splitlines() if SLOW_PATH_MARK in x]
+    assert not slow, f"the server took a slow path: {slow}"
 
 
 #: A hybrid model's engine groups, by sliding window in tokens: full attention (-1), a

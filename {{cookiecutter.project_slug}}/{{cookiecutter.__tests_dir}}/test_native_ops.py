@@ -11,7 +11,6 @@ from __future__ import annotations
 
 # Standard
 import inspect
-import math
 import textwrap
 
 # Third Party
@@ -19,12 +18,14 @@ from _support import (
     BLOCK_IDS,
     BS,
     KV_LAYOUTS,
+    STRIDED,
     gather_to_cpu,
     held,
     run_python,
     same_bytes,
     seeded_kv,
 )
+from _worker_kv import padding_intact, strided
 import pytest
 import torch
 
@@ -180,35 +181,6 @@ def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(
     assert all(same_bytes(got, want) for got, want in zip(out, expected, strict=True))
 
 
-#: Strided caches every supported LMCache passes to the ops: blocks-first memory, each
-#: block followed by padding (a runtime's alignment). Per case: the format, the memory's
-#: dimension order (outermost first) and the padding. Padding in other formats reaches
-#: the ops up to lmcache 0.5.6; 0.5.7 refuses it (resolve_block_stride_and_log_layout).
-STRIDED = {
-    "mla-padded": ("mla", (0, 1, 2), 8),
-    "flash_nhd-blocks_first": ("flash_nhd", (1, 0, 2, 3, 4), 0),
-}
-
-
-def strided_on_device(layer: torch.Tensor, order: tuple[int, ...], pad: int) -> tuple:
-    """``layer`` copied into device memory laid out in ``order``, with ``pad`` elements
-    of -1 after each outermost index: (the strided view, its memory, where the padding
-    is)."""
-    outer = [layer.shape[d] for d in order]
-    memory_strides = [math.prod(outer[i + 1 :]) for i in range(len(outer))]
-    memory_strides[0] += pad
-    strides = [0] * len(order)
-    for position, dim in enumerate(order):
-        strides[dim] = memory_strides[position]
-    memory = torch.full((memory_strides[0] * outer[0],), -1, dtype=layer.dtype)
-    memory = memory.to(DEVICE)
-    view = memory.as_strided(layer.shape, strides)
-    view.copy_(layer)
-    padding = torch.ones(memory.numel(), dtype=torch.bool)
-    padding.as_strided(layer.shape, strides).fill_(False)
-    return view, memory, padding
-
-
 @pytest.mark.parametrize("case", list(STRIDED))
 def test_strided_caches_copy_each_blocks_bytes_and_never_the_padding(  # type: ignore[no-untyped-def]
     native, case: str
@@ -216,21 +188,21 @@ def test_strided_caches_copy_each_blocks_bytes_and_never_the_padding(  # type: i
     """Blocks apart in memory: a gather reads each block's own bytes and a scatter
     writes them and leaves the padding as it was, on the native path. A copy that takes
     the blocks as back to back passes every contiguous test."""
-    layout, order, pad = STRIDED[case]
+    layout, memory, block_dim = STRIDED[case]
     shape, hints = NATIVE_LAYOUTS[layout]
     source = seeded_kv(shape, seed=14)
     expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
     before = native._calls["multi_layer_block_kv_transfer:native"]
-    views = {k: strided_on_device(v, order, pad)[0] for k, v in source.items()}
+    views = {k: strided(v, DEVICE, memory, block_dim) for k, v in source.items()}
     got = gather_to_cpu(views, BLOCK_IDS, 2, layout_hints=hints)
     assert all(same_bytes(g, e) for g, e in zip(got, expected, strict=True))
     want = {k: torch.zeros_like(v) for k, v in source.items()}
-    into = {k: strided_on_device(v, order, pad) for k, v in want.items()}
-    for kv in (want, {k: p[0] for k, p in into.items()}):
+    into = {k: strided(v, DEVICE, memory, block_dim) for k, v in want.items()}
+    for kv in (want, into):
         scatter_cpu_to_paged_kv(kv, BLOCK_IDS, expected, 2, layout_hints=hints)
-    for name, (view, memory, padding) in into.items():
+    for name, view in into.items():
         assert same_bytes(view, want[name])
-        assert bool((memory.cpu()[padding] == -1).all()), "the padding was written"
+        assert padding_intact(view), "the padding was written"
     after = native._calls["multi_layer_block_kv_transfer:native"]
     assert after >= before + 2, "the native kernels did not run"
 

@@ -3,8 +3,10 @@
 
 The server passes a table of layer addresses, chunk addresses in the cache
 context's staging buffer and block ids in device memory; the kernels must run
-there too (not the baseline), read the ids on the device as LMCache's CUDA
-kernel does, and fail as a device fails on an id outside the cache.
+there too (not the baseline) with the bytes of LMCache's CPU gather, as the
+baseline they fall back to must (strided caches included), read the ids on the
+device as LMCache's CUDA kernel does, and fail as a device fails on an id outside
+the cache.
 Skipped without native ops or without LMCache-driven transfer.
 """
 
@@ -13,19 +15,21 @@ from __future__ import annotations
 
 # Standard
 from typing import Any
+import functools
 
 # Third Party
 from _support import (
     BLOCK_IDS,
     BS,
     LAYERS,
+    STRIDED,
     gather_to_cpu,
     held,
     run_python,
     same_bytes,
     seeded_kv,
 )
-from _worker_kv import planes_of
+from _worker_kv import padding_intact, planes_of, strided
 import pytest
 import torch
 
@@ -56,42 +60,53 @@ def pointer_mode_kv(layout: str, seed: int) -> dict[str, Any]:
     return {f"layer.{i}": (planes[2 * i], planes[2 * i + 1]) for i in range(LAYERS)}
 
 
-def on(device: str, layer: Any) -> Any:
+def on(device: str, layer: Any, case: str = "") -> Any:
+    """A layer on ``device``: strided as STRIDED[case] says, if it names one."""
     if isinstance(layer, tuple):
         return tuple(plane.to(device) for plane in layer)
+    if case in STRIDED:
+        return strided(layer, device, *STRIDED[case][1:])
     return layer.to(device)
 
 
-@pytest.mark.parametrize("layout", sorted(POINTER_MODE_SHAPES))
-def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  # type: ignore[no-untyped-def]
-    native, lmcache_driven, runtime, layout: str
+@pytest.mark.parametrize("path", ["native", "baseline"])
+@pytest.mark.parametrize("case", sorted(POINTER_MODE_SHAPES) + list(STRIDED))
+def test_pointer_mode_transfers_equal_lmcaches_gather_natively_and_on_the_baseline(  # type: ignore[no-untyped-def]
+    native, lmcache_driven, runtime, case: str, path: str
 ) -> None:
     """The LMCache-driven server's call shape (a table of layer addresses, chunks in
-    the staging buffer) runs the kernels, D2H and H2D, with the baseline's bytes;
-    per-layer (K, V) planes too: the chunk holds every K, then every V."""
+    the staging buffer) runs the kernels, or the ops class's torch baseline (what they
+    fall back to), D2H and H2D, with the bytes of LMCache's CPU gather; per-layer
+    (K, V) planes too: the chunk holds every K, then every V; strided caches too,
+    their padding never written."""
     # First Party
     from {{ cookiecutter.__package }}._lmcache_compat import (
         TransferDirection,
         harness,
     )
 
+    layout = STRIDED[case][0] if case in STRIDED else case
     if layout == "kv_planes" and not harness.wraps_plane_sequences():
         pytest.skip("this lmcache wraps only tensors: plane tuples arrive with 0.5.6")
     hints = {"kv_layout": "NHD"}
     source = pointer_mode_kv(layout, seed=13)
     expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
-    kv = {name: on(DEVICE, layer) for name, layer in source.items()}
+    kv = {name: on(DEVICE, layer, case) for name, layer in source.items()}
     chunk = 2 * BS
     context = create_cache_context(wrap_kv_caches(kv), chunk, hints)
     staging = [context.get_temp_kernel_group_buffer(i, 0) for i in range(len(expected))]
     ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
     key = "multi_layer_block_kv_transfer:"
+    ops = resolve_device_ops(DEVICE)
+    copy = ops.multi_layer_block_kv_transfer  # bound to the native op
+    if path == "baseline":
+        copy = functools.partial(type(ops).multi_layer_block_kv_transfer, ops)
 
     def transfer(direction: TransferDirection) -> None:
         # Counted around the call alone: on lmcache 0.5.4/0.5.5 the CPU helpers of
         # this test reach these ops too (LMCache resolves them process-wide there).
         before = dict(native._calls)
-        resolve_device_ops(DEVICE).multi_layer_block_kv_transfer(
+        copy(
             context.get_kernel_group_kv_pointers(0),
             [buffer.data_ptr() for buffer in staging],
             ids,
@@ -102,7 +117,8 @@ def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  
             context.get_engine_kv_format(0),
             0,
         )
-        assert native._calls[key + "native"] == before.get(key + "native", 0) + 1
+        ran = int(path == "native")
+        assert native._calls[key + "native"] == before.get(key + "native", 0) + ran
         assert native._calls[key + "fallback"] == before.get(key + "fallback", 0)
         runtime.synchronize()
 
@@ -117,6 +133,7 @@ def test_pointer_mode_transfers_run_natively_and_equal_the_baseline_both_ways(  
     back = {name: on("cpu", layer) for name, layer in kv.items()}
     restored = gather_to_cpu(back, BLOCK_IDS, 2, layout_hints=hints)
     assert all(same_bytes(r, e) for r, e in zip(restored, expected, strict=True))
+    assert all(padding_intact(layer) for layer in kv.values()), "padding written"
     context.close()
 
 
