@@ -31,8 +31,8 @@ LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "after_stream.py
 #: The CPU emulator's package (its own distribution, ``__emulator_dir``): its Python and the C++ it compiles at load.
 EMULATOR_FILES = (
     "__init__.py", "_cache.py", "_device.py", "_streams.py", "csrc/emulator.h", "csrc/events.cpp", "csrc/faults.cpp",
-    "csrc/guard.cpp", "csrc/host_device.cpp", "csrc/launch.cpp", "csrc/memory.cpp", "csrc/ops.cpp",
-    "csrc/streams.cpp",
+    "csrc/guard.cpp", "csrc/host_device.cpp", "csrc/host_memory.cpp", "csrc/launch.cpp", "csrc/memory.cpp",
+    "csrc/ops.cpp", "csrc/streams.cpp",
 )  # fmt: skip
 
 

@@ -53,7 +53,7 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
         "_engine.py", "_forked.py", "_ports.py", "_scheduler.py", "_servers.py", "_spawn.py", "_support.py", "_worker_kv.py",
         "_zygote.py", "conftest.py", "e2e_worker.py", "test_backend_shape.py", "test_bad_input.py", "test_cache_context.py", "test_cache_context_staging.py", "test_discovery.py", "test_e2e_engine_driven.py",
-        "test_e2e_lmcache_driven.py", "test_faults.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_native_pointer_mode.py", "test_ops_parity.py", "test_registry_faults.py",
+        "test_e2e_lmcache_driven.py", "test_faults.py", "test_host_memory.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_native_pointer_mode.py", "test_ops_parity.py", "test_registry_faults.py",
         "test_ports.py", "test_spawn.py", "test_streams.py")}  # fmt: skip
     assert rendered == package | suite | emulator | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
     assert not [d for d in project.rglob("*") if d.is_dir() and not any(d.iterdir())], "empty directories left behind"

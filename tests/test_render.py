@@ -86,6 +86,7 @@ EXPECTED_FILES = {
     "tests/test_e2e_engine_driven.py",
     "tests/test_e2e_lmcache_driven.py",
     "tests/test_faults.py",
+    "tests/test_host_memory.py",
     "tests/test_ports.py",
     "tests/test_registry_faults.py",
     "tests/test_injected_faults.py",
@@ -100,7 +101,7 @@ EXPECTED_FILES = {
 }
 NATIVE_FILES = {
     "setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/_recorders.cpp", "src/lmcache_foo/_native_plan.py",
-    "src/lmcache_foo/native_ops.py",
+    "src/lmcache_foo/native_ops.py", "src/lmcache_foo/_host_access.py",
 }  # fmt: skip
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py"

@@ -164,7 +164,8 @@ def test_native_transfers_run_in_stream_order_not_on_the_host_at_call_time(
     source = seeded_kv(shape, seed=12)
     expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
     on_device = {k: v.to(DEVICE) for k, v in source.items()}
-    out = [torch.zeros_like(chunk) for chunk in expected]
+    # Pinned: a kernel is given no pageable chunk, and waits for none.
+    out = [torch.zeros_like(chunk, pin_memory=True) for chunk in expected]
     before = native._calls["multi_layer_block_kv_transfer:native"]
     with held(runtime.current_stream()) as hold:
         gather_paged_kv_to_cpu(on_device, BLOCK_IDS, 2, layout_hints=hints, out=out)

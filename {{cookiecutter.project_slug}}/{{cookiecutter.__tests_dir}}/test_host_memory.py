@@ -1,0 +1,244 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The native kernels reach host memory only as a device can: pinned, at the address
+the runtime maps it at.
+
+A runtime maps pinned host memory for its kernels at the host address (CUDA's unified
+addressing) or at a separate device address (Ascend's ``aclrtHostRegister`` returns
+one), and no kernel that runs later can read pageable memory. The CPU emulator runs
+either way (``..._HOST_ALIASES=0``: the host address; by default a separate one) and
+fails the stream of a kernel given an address its device could not reach. Every test
+here runs in the suite's mode, and again, in a process of its own, in the other one
+(the last test). Skipped without native ops or without the emulator.
+"""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from pathlib import Path
+import sys
+
+# Third Party
+from _support import (
+    BLOCK_IDS,
+    BS,
+    KV_LAYOUTS,
+    child_env,
+    gather_to_cpu,
+    same_bytes,
+    seeded_kv,
+)
+import _spawn
+import pytest
+import torch
+
+# First Party
+from lmcache.v1.multiprocess.transfer_context.base import (
+    gather_paged_kv_to_cpu,
+    scatter_cpu_to_paged_kv,
+)
+from lmcache.v1.platform import resolve_device_ops
+from lmcache.v1.platform.cache_context import create_cache_context
+from lmcache.v1.platform.kv_wrap import wrap_kv_caches
+
+DEVICE = "{{ cookiecutter.device_name }}"
+#: The emulator's switch: ``0`` maps pinned host memory at its host address.
+MODE_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_HOST_ALIASES"
+NBYTES = 1 << 16
+PAGEABLE = "pageable host memory"
+SEPARATE = "separate device address"
+
+
+@pytest.fixture
+def device(native, emulator):  # type: ignore[no-untyped-def]
+    """The emulator; a stream failure a test provoked is forgotten afterwards."""
+    yield emulator
+    emulator.inject_faults()
+
+
+def copy_kernel(native, dest: int, src: int, nbytes: int) -> None:  # type: ignore[no-untyped-def]
+    """The sample copy kernel, launched as the native ops launch it, on device 0."""
+    launch = native._launch_on(torch.device(DEVICE, 0))
+    native._kernels.copy_bytes(*launch, dest, src, nbytes)
+
+
+def host_bytes(fill: int) -> torch.Tensor:
+    return torch.full((NBYTES,), fill, dtype=torch.uint8)
+
+
+def test_a_kernel_reaches_pinned_host_memory_at_the_device_address_the_runtime_gives(  # type: ignore[no-untyped-def]
+    native, device
+) -> None:
+    """Allocated pinned or registered, a range is read by a kernel at the address
+    ``host_device_pointer`` (cudaHostGetDevicePointer) gives: its host address where
+    the device maps it there, a separate one otherwise."""
+    allocated, registered = host_bytes(1).pin_memory(), host_bytes(2)
+    assert device.host_register(registered.data_ptr(), NBYTES)
+    try:
+        for memory in (allocated, registered):
+            address = device.host_device_pointer(memory.data_ptr() + 16)
+            same = device.host_memory_mapped_at_same_address
+            assert (address == memory.data_ptr() + 16) is same
+            target = torch.zeros(NBYTES - 16, dtype=torch.uint8, device=DEVICE)
+            copy_kernel(native, target.data_ptr(), address, NBYTES - 16)
+            device.synchronize()
+            assert same_bytes(target, memory[16:])
+    finally:
+        assert device.host_unregister(registered.data_ptr())
+
+
+def test_a_kernel_given_host_memory_its_device_cannot_reach_fails_its_stream(  # type: ignore[no-untyped-def]
+    native, device
+) -> None:
+    """Pageable memory fails a kernel's stream on every runtime; so does the host
+    address of pinned memory where the device maps it elsewhere, and an access past
+    the end of a mapped range."""
+    pageable, pinned = host_bytes(3), host_bytes(4).pin_memory()
+    alias = device.host_device_pointer(pinned.data_ptr())
+    cases = [(pageable.data_ptr(), NBYTES, PAGEABLE)]
+    if not device.host_memory_mapped_at_same_address:
+        cases += [(pinned.data_ptr(), NBYTES, SEPARATE), (alias, NBYTES + 1, "outside")]
+    target = torch.zeros(NBYTES + 1, dtype=torch.uint8, device=DEVICE)
+    for address, nbytes, reason in cases:
+        copy_kernel(native, target.data_ptr(), address, nbytes)
+        with pytest.raises(RuntimeError, match=reason):
+            device.synchronize()
+        device.inject_faults()
+    assert int(target.count_nonzero()) == 0
+
+
+def test_pointer_copies_give_the_kernel_pinned_memory_and_copy_pageable_memory_at_once(  # type: ignore[no-untyped-def]
+    native, device, lmcache_driven
+) -> None:
+    """Pointer copies from and to host memory pinned through the plugin's pin backend
+    (in two registrations, as LMCache's lazy L1) run the copy kernel at the address the
+    registration maps; pageable memory never reaches the kernel: it is copied before
+    the call returns."""
+    # First Party
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        TransferDirection,
+    )
+
+    half = NBYTES // 2
+    registered, pageable = host_bytes(5), host_bytes(6)
+    pins = lmcache_driven.pin_memory_backend()
+    halves = [registered.data_ptr(), registered.data_ptr() + half]
+    assert all(pins.pin_memory(address, half) for address in halves)
+    ops, key = resolve_device_ops(DEVICE), "lmcache_memcpy_async:native"
+    on_device = torch.zeros(NBYTES, dtype=torch.uint8, device=DEVICE)
+    h2d, d2h = TransferDirection.H2D, TransferDirection.D2H
+    try:
+        before = native._calls[key]
+        ops.lmcache_memcpy_async(on_device.data_ptr(), halves[0], NBYTES, h2d, 0, half)
+        device.synchronize()
+        assert same_bytes(on_device, registered) and native._calls[key] == before + 1
+        ops.lmcache_memcpy_async(
+            on_device.data_ptr(), pageable.data_ptr(), NBYTES, h2d, 0, NBYTES
+        )
+        device.synchronize()
+        assert same_bytes(on_device, pageable)
+        back = host_bytes(0)
+        ops.lmcache_memcpy_async(
+            back.data_ptr(), on_device.data_ptr(), NBYTES, d2h, 0, NBYTES
+        )
+        assert same_bytes(back, pageable), "a pageable destination filled after return"
+        registered.zero_()
+        ops.lmcache_memcpy_async(halves[0], on_device.data_ptr(), NBYTES, d2h, 0, half)
+        device.synchronize()
+        assert same_bytes(registered, pageable)
+    finally:
+        assert all(pins.unpin_memory(address) for address in halves)
+
+
+@pytest.mark.parametrize("chunks", ["pinned", "pageable"])
+def test_engine_driven_kernels_read_pinned_chunks_and_pageable_ones_as_pinned_copies(  # type: ignore[no-untyped-def]
+    native, device, chunks: str
+) -> None:
+    """LMCache's engine-driven gather and scatter run the kernel on host chunks at the
+    address the device maps them at; pageable chunks reach it as pinned temporaries,
+    awaited before the call returns, as LMCache 0.5.7 stages them."""
+    shape, hints = KV_LAYOUTS["flash_nhd"]
+    source = seeded_kv(shape, seed=21)
+    expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+    kv = {name: t.to(DEVICE) for name, t in source.items()}
+    out = [torch.zeros_like(c, pin_memory=chunks == "pinned") for c in expected]
+    key = "multi_layer_block_kv_transfer:native"
+    before = native._calls[key]
+    gather_paged_kv_to_cpu(kv, BLOCK_IDS, 2, layout_hints=hints, out=out)
+    if chunks == "pinned":
+        device.synchronize()
+    assert all(same_bytes(o, e) for o, e in zip(out, expected, strict=True))
+    for layer in kv.values():
+        layer.zero_()
+    scatter_cpu_to_paged_kv(kv, BLOCK_IDS, out, 2, layout_hints=hints)
+    device.synchronize()
+    assert native._calls[key] == before + 2, "a transfer left the kernels"
+    back = {name: layer.cpu() for name, layer in kv.items()}
+    restored = gather_to_cpu(back, BLOCK_IDS, 2, layout_hints=hints)
+    assert all(same_bytes(r, e) for r, e in zip(restored, expected, strict=True))
+
+
+def test_pointer_mode_reads_pinned_host_chunks_at_their_device_address_refuses_pageable(  # type: ignore[no-untyped-def]
+    native, device, lmcache_driven
+) -> None:
+    """Chunk addresses in host memory pinned through the plugin's pin backend (LMCache's
+    compiled-kernel call shape) reach the kernel at their device address; a pageable
+    one is refused at the call, with the reason, before anything is queued."""
+    # First Party
+    from {{ cookiecutter.__package }}._lmcache_compat import (
+        TransferDirection,
+    )
+
+    shape, hints = (2, 32, BS, 2, 32), {"kv_layout": "NHD"}
+    source = seeded_kv(shape, seed=22)
+    expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+    kv = {name: t.to(DEVICE) for name, t in source.items()}
+    context = create_cache_context(wrap_kv_caches(kv), 2 * BS, hints)
+    ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
+    pins = lmcache_driven.pin_memory_backend()
+    chunks = [torch.zeros_like(e) for e in expected]
+    nbytes = chunks[0].numel() * chunks[0].element_size()
+    assert all(pins.pin_memory(c.data_ptr(), nbytes) for c in chunks)
+
+    def gather(addresses: list[int]) -> None:
+        resolve_device_ops(DEVICE).multi_layer_block_kv_transfer(
+            context.get_kernel_group_kv_pointers(0),
+            addresses,
+            ids,
+            context.device,
+            TransferDirection.D2H,
+            context.get_shape_desc(0),
+            2 * BS,
+            context.get_engine_kv_format(0),
+            0,
+        )
+
+    try:
+        gather([c.data_ptr() for c in chunks])
+        device.synchronize()
+        assert all(same_bytes(c, e) for c, e in zip(chunks, expected, strict=True))
+        pageable = [torch.zeros_like(e) for e in expected]
+        with pytest.raises(ValueError, match="pageable"):
+            gather([c.data_ptr() for c in pageable])
+        device.synchronize()
+    finally:
+        assert all(pins.unpin_memory(c.data_ptr()) for c in chunks)
+        context.close()
+
+
+def test_every_test_here_also_passes_with_host_memory_mapped_the_other_way(  # type: ignore[no-untyped-def]
+    native, device
+) -> None:
+    """This module again, in a process whose emulator maps pinned host memory the other
+    way (``..._HOST_ALIASES``)."""
+    other = "0" if not device.host_memory_mapped_at_same_address else "1"
+    argv = [sys.executable, "-m", "pytest", __file__, "-p", "no:cacheprovider"]
+    argv += ["-q", "-rs", "-n", "0", "-k", "not the_other_way"]
+    env = child_env({MODE_ENV_VAR: other})
+    done = _spawn.run(argv, env=env, timeout=300, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert " passed" in lines[-1], lines[-1]
+    # Only what this variant lacks may skip, as it does in this process.
+    skipped = [line for line in lines if line.startswith("SKIPPED")]
+    assert all("LMCache-driven" in line for line in skipped), skipped
