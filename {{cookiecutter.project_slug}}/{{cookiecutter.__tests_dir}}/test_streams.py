@@ -147,6 +147,9 @@ def test_a_host_function_that_takes_the_gil_is_a_deadlock_a_wait_reports(
         ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
     )(runtime.host_func_launcher())
     handle = runtime.stream_handle(stream)
+    # Held, so the host function starts only once this thread waits holding the GIL
+    # (unheld, it may run first, in a moment this thread gives the GIL up).
+    runtime.hold_stream(stream, SETTLE)
     assert launch(handle, ctypes.cast(callback, ctypes.c_void_p), None) == 0
     with pytest.raises(RuntimeError, match="deadlock: this thread holds the GIL"):
         runtime.synchronize()  # the runtime's own wait (torch's Stream releases it)
