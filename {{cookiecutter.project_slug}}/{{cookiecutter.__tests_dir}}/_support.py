@@ -75,9 +75,6 @@ def gather_to_cpu(kv: dict[str, Any], *args: Any, **kwargs: Any) -> list[torch.T
     return chunks
 
 
-#: A call that returns within this many seconds did not wait for a held stream (held()
-#: holds it for 5 s).
-RETURNS_AT_ONCE = 1.0
 #: Seconds after which work queued on any stream but a held one has run (the emulator's
 #: latency is 200 µs).
 SETTLE = 0.1
@@ -171,6 +168,35 @@ def publishes_from_host_functions(ops: Any, device: str) -> bool:
     recorder = getattr(ops.record_completion_on_stream, "__module__", None) or ""
     runtime = getattr(torch, device)
     return recorder.endswith(".native_ops") and hasattr(runtime, "host_func_launcher")
+
+
+def context_transfer(
+    context: Any,
+    addresses: list[int],
+    ids: Any,
+    direction: Any,
+    chunk_tokens: int,
+    copy: Callable[..., object] | None = None,
+) -> None:
+    """One pointer-mode transfer between ``context``'s first group of KV caches and the
+    chunks at ``addresses``, as an LMCache-driven server issues it (``copy``: the op to
+    call, by default the device's ops as LMCache resolves them)."""
+    if copy is None:
+        # First Party
+        from lmcache.v1.platform import resolve_device_ops
+
+        copy = resolve_device_ops(context.device.type).multi_layer_block_kv_transfer
+    copy(
+        context.get_kernel_group_kv_pointers(0),
+        addresses,
+        ids,
+        context.device,
+        direction,
+        context.get_shape_desc(0),
+        chunk_tokens,
+        context.get_engine_kv_format(0),
+        0,
+    )
 
 
 #: Paged KV geometry shared by the op-level tests: block size, blocks, heads, head size,

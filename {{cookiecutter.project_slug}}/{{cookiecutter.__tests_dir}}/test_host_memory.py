@@ -24,6 +24,7 @@ from _support import (
     BS,
     KV_LAYOUTS,
     child_env,
+    context_transfer,
     gather_to_cpu,
     same_bytes,
     seeded_kv,
@@ -201,17 +202,7 @@ def test_pointer_mode_reads_pinned_host_chunks_at_their_device_address_refuses_p
     assert all(pins.pin_memory(c.data_ptr(), nbytes) for c in chunks)
 
     def gather(addresses: list[int]) -> None:
-        resolve_device_ops(DEVICE).multi_layer_block_kv_transfer(
-            context.get_kernel_group_kv_pointers(0),
-            addresses,
-            ids,
-            context.device,
-            TransferDirection.D2H,
-            context.get_shape_desc(0),
-            2 * BS,
-            context.get_engine_kv_format(0),
-            0,
-        )
+        context_transfer(context, addresses, ids, TransferDirection.D2H, 2 * BS)
 
     try:
         gather([c.data_ptr() for c in chunks])

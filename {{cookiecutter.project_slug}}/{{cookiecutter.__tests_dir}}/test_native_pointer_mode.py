@@ -23,6 +23,7 @@ from _support import (
     BS,
     LAYERS,
     STRIDED,
+    context_transfer,
     gather_to_cpu,
     held,
     run_python,
@@ -106,17 +107,8 @@ def test_pointer_mode_transfers_equal_lmcaches_gather_natively_and_on_the_baseli
         # Counted around the call alone: on lmcache 0.5.4/0.5.5 the CPU helpers of
         # this test reach these ops too (LMCache resolves them process-wide there).
         before = dict(native._calls)
-        copy(
-            context.get_kernel_group_kv_pointers(0),
-            [buffer.data_ptr() for buffer in staging],
-            ids,
-            context.device,
-            direction,
-            context.get_shape_desc(0),
-            chunk,
-            context.get_engine_kv_format(0),
-            0,
-        )
+        addresses = [buffer.data_ptr() for buffer in staging]
+        context_transfer(context, addresses, ids, direction, chunk, copy)
         ran = int(path == "native")
         assert native._calls[key + "native"] == before.get(key + "native", 0) + ran
         assert native._calls[key + "fallback"] == before.get(key + "fallback", 0)
@@ -157,20 +149,10 @@ def test_a_queued_kernel_keeps_the_ids_memory_alive_but_not_their_python_object(
     kv = {name: t.to(DEVICE) for name, t in source.items()}
     context = create_cache_context(wrap_kv_caches(kv), 2 * BS, hints)
     staging = [context.get_temp_kernel_group_buffer(i, 0) for i in range(len(expected))]
-    ops = resolve_device_ops(DEVICE)
 
     def transfer(ids: torch.Tensor) -> None:
-        ops.multi_layer_block_kv_transfer(
-            context.get_kernel_group_kv_pointers(0),
-            [buffer.data_ptr() for buffer in staging],
-            ids,
-            context.device,
-            TransferDirection.D2H,
-            context.get_shape_desc(0),
-            2 * BS,
-            context.get_engine_kv_format(0),
-            0,
-        )
+        addresses = [buffer.data_ptr() for buffer in staging]
+        context_transfer(context, addresses, ids, TransferDirection.D2H, 2 * BS)
 
     # Outside the hold, as a server's first transfer: the op reads the context's pointer
     # table from the device once, and a tensor built from a list is a blocking copy.
