@@ -121,6 +121,15 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
                 "and the torch you deploy: python -m build --wheel --no-isolation",
             )
             return
+        if not native_ops._launches_kernels():
+            report_slow_path(
+                "native ops not bound",
+                f"{type(self).__name__} runs LMCache's torch baseline: "
+                f"torch.{TORCH_MODULE_NAME} has no launch entry point for the native "
+                "ops' kernels (fill in the TODO(vendor) of native_ops._launch_on and "
+                "_launches_kernels).",
+            )
+            return
         self.bind_native(native_ops)
         self._native_bound = True
 {%- else %}

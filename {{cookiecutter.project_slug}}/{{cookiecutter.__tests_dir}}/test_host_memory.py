@@ -179,6 +179,26 @@ def test_engine_driven_kernels_read_pinned_chunks_and_pageable_ones_as_pinned_co
     assert all(same_bytes(r, e) for r, e in zip(restored, expected, strict=True))
 
 
+def test_a_runtime_that_cannot_say_what_is_pinned_gets_lmcaches_baseline(  # type: ignore[no-untyped-def]
+    native, device, monkeypatch
+) -> None:
+    """Without a pointer-attribute query (``host_is_pinned``) no host chunk is known to
+    be reachable by a kernel: the transfer runs on LMCache's torch baseline (the slow
+    path), byte-exact, instead of raising AttributeError at the first transfer."""
+    monkeypatch.delattr(device, "host_is_pinned")
+    shape, hints = KV_LAYOUTS["flash_nhd"]
+    source = seeded_kv(shape, seed=22)
+    expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+    kv = {name: t.to(DEVICE) for name, t in source.items()}
+    out = [torch.zeros_like(c, pin_memory=True) for c in expected]
+    key = "multi_layer_block_kv_transfer:fallback"
+    before = native._calls[key]
+    gather_paged_kv_to_cpu(kv, BLOCK_IDS, 2, layout_hints=hints, out=out)
+    device.synchronize()
+    assert all(same_bytes(o, e) for o, e in zip(out, expected, strict=True))
+    assert native._calls[key] == before + 1
+
+
 def test_pointer_mode_reads_pinned_host_chunks_at_their_device_address_refuses_pageable(  # type: ignore[no-untyped-def]
     native, device, lmcache_driven
 ) -> None:

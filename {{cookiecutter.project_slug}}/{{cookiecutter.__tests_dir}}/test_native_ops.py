@@ -231,14 +231,30 @@ def test_a_block_id_one_past_the_cache_is_an_index_error_before_anything_is_copi
     assert all(same_bytes(on_device[k], source[k]) for k in source)
 
 
-def test_missing_compiled_module_fails_soft_to_the_baseline(native) -> None:  # type: ignore[no-untyped-def]
-    """Without the compiled kernels LMCache still loads the plugin, on the baseline, and
-    says how to rebuild."""
+@pytest.mark.parametrize(
+    ("breakage", "fix"),
+    [
+        # As if the wheel was built without a compiler:
+        (f'sys.modules["{PACKAGE}._kernels"] = None', "--no-isolation"),
+        # A vendor's runtime before the kernels' launch is ported to it:
+        (
+            "import torch; runtime = getattr(torch, DEVICE, None); "
+            "runtime and delattr(runtime, 'kernel_launcher')",
+            "native_ops._launch_on",
+        ),
+    ],
+    ids=["no-compiled-module", "no-kernel-launch"],
+)
+def test_native_ops_that_cannot_run_fail_soft_to_the_baseline(  # type: ignore[no-untyped-def]
+    native, breakage, fix
+) -> None:
+    """Without the compiled kernels, or on a runtime without the launch entry point
+    they use, LMCache still loads the plugin, on the baseline, and says what to fix."""
     code = textwrap.dedent(
         f"""
         import sys
-        # As if the wheel was built without a compiler:
-        sys.modules["{PACKAGE}._kernels"] = None
+        DEVICE = "{DEVICE}"
+        {breakage}
         import lmcache
         from lmcache.v1.platform import resolve_device_ops
         ops = resolve_device_ops("{DEVICE}")
@@ -249,7 +265,7 @@ def test_missing_compiled_module_fails_soft_to_the_baseline(native) -> None:  # 
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-2:] == ["False", "True"]
     assert f"{SLOW_PATH_MARK} native ops not bound" in done.stderr
-    assert "--no-isolation" in done.stderr
+    assert fix in done.stderr
 
 
 def test_native_switch_keeps_the_baseline(native) -> None:  # type: ignore[no-untyped-def]
