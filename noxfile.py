@@ -7,6 +7,8 @@
 Sessions:
   environments       (CI, first) the release environments CI uses, created side by side.
   tests              the template's own tests (render, refuse, input safety, updates).
+  kit                the kit (kit/, the distribution lmcache-device-kit a render's tests import) on its
+                     own: ruff, isort, mypy, import structure, its wheel, its own tests.
   generate_and_test  render the representative sample backend (native ops, LMCache-driven by
                      default, the CPU emulator), build its wheel, install it with CPU torch and
                      the newest supported lmcache, and run its whole conformance suite, end to end
@@ -50,7 +52,7 @@ from tasks.envs import ReleaseEnv  # noqa: E402
 from tasks.matrix import check_combination  # noqa: E402
 from tasks.progress import timed  # noqa: E402
 from tasks.project import install_render, render  # noqa: E402
-from tasks.prove import prove_release, select  # noqa: E402
+from tasks.prove import prove_kit, prove_release, select  # noqa: E402
 from tasks.variants import (  # noqa: E402
     CONTRACT_SUITES,
     HEAVY,
@@ -70,7 +72,7 @@ from tasks.variants import (  # noqa: E402
 )
 
 nox.needs_version = ">=2024.4.15"
-nox.options.sessions = ["tests", "generate_and_test", "in_tree", "matrix"]
+nox.options.sessions = ["tests", "kit", "generate_and_test", "in_tree", "matrix"]
 nox.options.reuse_existing_virtualenvs = True
 
 #: The Pythons the template itself runs on (its tasks use tomllib: 3.11+); renders declare their own range.
@@ -114,6 +116,12 @@ def run_template_tests(session: nox.Session) -> None:
             timings.step("pytest tests/"):
         session.run("pytest", "-p", "no:cacheprovider", "-n", "auto", "--durations", "10", str(ROOT / "tests"),
                     *session.posargs)  # fmt: skip
+
+
+@nox.session(venv_backend="none", tags=["ci"])
+def kit(session: nox.Session) -> None:
+    """The kit (``kit/``, lmcache-device-kit) on its own, no render: lint, types, structure, wheel, its tests."""
+    prove_kit(session, NEWEST)
 
 
 @nox.session(venv_backend="none")

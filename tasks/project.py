@@ -31,6 +31,7 @@ from tasks.checks import (
     wheel_problems,
 )
 from tasks.envs import ReleaseEnv
+from tasks.kit import KIT, kit_wheel_problems
 from tasks.lmcache_style import check_contribution
 from tasks.variants import NEWEST, PRERELEASES, ROOT, answers
 
@@ -126,12 +127,12 @@ def build_wheel(session: nox.Session, env: ReleaseEnv, project: Path) -> Path:
     # One persistent tree per kind of build, so building a pure-Python variant in between does not
     # delete the native sources and force the next native build to compile everything again.
     tree = env.path / ("build-tree-native" if context(project)["native_ops"] == "yes" else "build-tree")
-    wheel = _built_and_checked(session, env, project, tree, env.path / "dist", lambda w: wheel_problems(w, project))
+    wheel = built_and_checked(session, env, project, tree, env.path / "dist", lambda w: wheel_problems(w, project))
     session.log(f"wheel OK: {wheel.name}")
     return wheel
 
 
-def _built_and_checked(
+def built_and_checked(
     session: nox.Session, env: ReleaseEnv, source: Path, tree: Path, dist: Path, problems: Callable[[Path], list[str]]
 ) -> Path:
     """The wheel of ``source``, in an emptied ``dist``; ``problems`` stop the session.
@@ -185,7 +186,7 @@ def install_emulator(session: nox.Session, env: ReleaseEnv, project: Path) -> No
     (torch and ninja are there already: a resolver could only replace the CPU torch).
     """
     source = project / context(project)["__emulator_dir"]
-    wheel = _built_and_checked(session, env, source, env.path / "build-tree-emulator", env.path / "dist-emulator",
+    wheel = built_and_checked(session, env, source, env.path / "build-tree-emulator", env.path / "dist-emulator",
                                lambda w: emulator_wheel_problems(w, project))  # fmt: skip
     env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
     session.log(f"emulator installed: {wheel.name}")
@@ -194,6 +195,16 @@ def install_emulator(session: nox.Session, env: ReleaseEnv, project: Path) -> No
 def emulator_distribution(ctx: dict) -> str:
     """The emulator's distribution name (what ``uninstall_plugins`` removes with the plugin)."""
     return ctx["__emulator_package"].replace("_", "-")
+
+
+def install_kit(session: nox.Session, env: ReleaseEnv) -> Path:
+    """Build (or reuse), check and install the kit into ``env``; the directory holding its wheel, for
+    ``--find-links`` when a render's test extra pins it."""
+    dist = env.path / "dist-kit"
+    wheel = built_and_checked(session, env, KIT, env.path / "build-tree-kit", dist, kit_wheel_problems)
+    env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
+    session.log(f"kit installed: {wheel.name}")
+    return dist
 
 
 def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path, project: Path) -> None:
@@ -205,11 +216,12 @@ def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path, project: P
     test extra is installed, then the wheel without dependencies, as the rendered canary does; ``pip check``
     would report exactly that requirement and is not run.
     """
+    kit = ["--find-links", str(install_kit(session, env))]  # the test extra pins the kit, built from here
     if env.release in PRERELEASES:
         extra = tomllib.loads((project / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
-        env.install(session, *extra)
+        env.install(session, *kit, *extra)
     else:
-        env.install(session, f"{wheel}[test]")
+        env.install(session, *kit, f"{wheel}[test]")
     env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
     if env.release not in PRERELEASES:
         env.pip(session, "check")

@@ -21,12 +21,14 @@ import nox
 
 from tasks.checks import context
 from tasks.envs import TORCH, ReleaseEnv
+from tasks.kit import KIT, kit_structure_problems
 from tasks.progress import timed
 from tasks.project import (
     build_wheel,
     check_statically,
     emulator_distribution,
     install_emulator,
+    install_kit,
     install_wheel,
     render,
     typechecked_meanwhile,
@@ -162,5 +164,28 @@ def run_vendor_noxfile(session: nox.Session, env: ReleaseEnv, project: Path, wor
     with session.chdir(project):
         env.run_logged(session, work / "vendor-nox.log", "nox", "--envdir", str(work / "vendor-nox"), "-s", "lint",
                        "typecheck", "build", f"tests({env.release})", "--", f"--junitxml={junit}",
-                       env={"TORCH_REQUIREMENT": TORCH})  # fmt: skip
+                       env={"TORCH_REQUIREMENT": TORCH, "LMCACHE_DEVICE_KIT": str(KIT)})  # fmt: skip
     return count(session, junit, device_present=emulator)
+
+
+def prove_kit(session: nox.Session, release: str) -> None:
+    """The kit on its own, no render: ruff, ruff format, isort, mypy, its import structure, its wheel (built,
+    checked, installed into the release's environment) and its own tests, run against that installed wheel."""
+    env = ReleaseEnv(release)
+    with timed(session, f"kit on lmcache {release}") as timings:
+        with timings.step(f"environment: CPU torch + lmcache {release}") as step:
+            step.result = "created" if env.ensure(session) else "reused"
+        with timings.step("ruff, isort, mypy, structure"), session.chdir(KIT):
+            env.run(session, "ruff", "check", "--no-cache", ".")
+            env.run(session, "ruff", "format", "--no-cache", "--check", ".")
+            env.run(session, "isort", "--check-only", "--diff", "--settings-path", ".", ".")
+            env.run(session, "mypy", "--config-file", "pyproject.toml", "--cache-dir", str(env.path / "mypy-cache-kit"))
+            problems = kit_structure_problems()
+            if problems:
+                session.error("kit structure:\n  " + "\n  ".join(problems))
+        with timings.step("wheel: build, check, install"):
+            install_kit(session, env)
+        with timings.step("the kit's tests") as step, session.chdir(session.create_tmp()):
+            env.run(session, "pytest", "-p", "no:cacheprovider", "-q", "-n", "auto", str(KIT / "tests"), *session.posargs,
+                    env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+            step.result = "passed"

@@ -142,7 +142,7 @@ def test_no_emulator_render_ships_no_emulator_and_skips_device_tests_without_a_d
     sources = "".join((project / name).read_text() for name in files(project) if name.startswith("src/"))
     assert "LMCACHE_FOO_EMULATOR" not in sources and "EMULATOR_MODULE" not in sources
     conftest = (project / "tests/conftest.py").read_text()
-    assert "DEVICE_PRESENT = _device_present()" in conftest and 'item.get_closest_marker("without_device")' in conftest
+    assert "DEVICE_PRESENT = BACKEND.device_present()" in conftest and 'item.get_closest_marker("without_device")' in conftest
     reasons = [node.value for node in ast.walk(ast.parse(conftest)) if isinstance(node, ast.Constant)]
     assert any("no foo device here: install torch_foo on a host" in str(reason) for reason in reasons)
 

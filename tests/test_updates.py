@@ -6,6 +6,7 @@ from __future__ import annotations
 import filecmp
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 from conftest import TEMPLATE
 
 #: What a template repository holds (the rest of this checkout is tooling and caches).
-TEMPLATE_CONTENT = ("cookiecutter.json", "hooks", "templates", "{{cookiecutter.project_slug}}")
+TEMPLATE_CONTENT = ("cookiecutter.json", "hooks", "templates", "kit", "{{cookiecutter.project_slug}}")
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
 
 
@@ -80,6 +81,30 @@ def test_cruft_update_brings_in_a_template_change_without_clobbering_vendor_code
     new_commit = run("git", "rev-parse", "HEAD", cwd=template_repo).stdout.strip()
     assert json.loads((project / ".cruft.json").read_text())["commit"] == new_commit
     assert cruft("check", cwd=project).returncode == 0
+
+
+def test_a_new_kit_release_reaches_a_project_as_a_pin_bump_and_a_recorded_commit(
+    template_repo: Path, tmp_path: Path
+) -> None:
+    """A template commit that releases a new kit: ``cruft update`` changes the project's pin to it, and the
+    commit the project's noxfile takes the kit from (.cruft.json) to that commit; no other file changes but
+    the recorded answers (.cookiecutter.json: where cruft rendered them)."""
+    out = tmp_path / "projects"
+    cruft("create", "--no-input", "--output-dir", out, template_repo, cwd=tmp_path)
+    project = out / "lmcache-foo-device"
+    run("git", "init", "-q", cwd=project)
+    commit_all(project, "rendered")
+    kit = template_repo / "kit" / "pyproject.toml"
+    old = re.search(r'^version = "([^"]+)"$', kit.read_text(), re.MULTILINE).group(1)  # type: ignore[union-attr]
+    kit.write_text(kit.read_text().replace(f'version = "{old}"', 'version = "99.0.0"', 1))
+    commit_all(template_repo, "kit 99.0.0")
+
+    cruft("update", "--skip-apply-ask", cwd=project)
+    changed = run("git", "status", "--porcelain", cwd=project).stdout.split()
+    assert sorted(changed[1::2]) == [".cookiecutter.json", ".cruft.json", "pyproject.toml"]
+    assert '"lmcache-device-kit==99.0.0"' in (project / "pyproject.toml").read_text()
+    new_commit = run("git", "rev-parse", "HEAD", cwd=template_repo).stdout.strip()
+    assert json.loads((project / ".cruft.json").read_text())["commit"] == new_commit
 
 
 def render_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -38,30 +38,15 @@ EMULATOR_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}"
 {%- if cookiecutter.ownership == 'wheel' %}
 DISTRIBUTION = "{{ cookiecutter.project_slug }}"
 {%- endif %}
+
+# Third Party
+from lmcache_device_kit import backend as kit_backend  # noqa: E402
+
+# The kit's harness serves this backend, here and in every process it starts (it reads
+# names.py only: imports neither the plugin nor LMCache).
+BACKEND = kit_backend.use(PACKAGE)
 {%- if cookiecutter.emulator == 'no' %}
-
-
-def _device_present() -> bool:
-    """Whether torch.{{ cookiecutter.__torch_module_name }} works here, checked without importing
-    LMCache."""
-    try:
-        # Standard
-        import importlib
-
-        # Third Party
-        import torch
-
-        # an extension torch autoloads
-        module = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)
-        if module is None and "{{ cookiecutter.torch_extension_module }}":
-            importlib.import_module("{{ cookiecutter.torch_extension_module }}")
-            module = getattr(torch, "{{ cookiecutter.__torch_module_name }}", None)
-        return bool(module is not None and module.is_available())
-    except Exception:  # noqa: BLE001 - any failure means "no device here"
-        return False
-
-
-DEVICE_PRESENT = _device_present()
+DEVICE_PRESENT = BACKEND.device_present()
 if DEVICE_PRESENT:
     os.environ.setdefault("LMCACHE_DEVICE_BACKEND", "{{ cookiecutter.backend_name }}")
 {%- else %}
@@ -108,7 +93,8 @@ def pytest_report_header() -> list[str]:
 {%- else %}
         f"{PACKAGE} {metadata.version(DISTRIBUTION)} from {origin}",
 {%- endif %}
-        f"lmcache {metadata.version('lmcache')}, torch {metadata.version('torch')}",
+        f"lmcache {metadata.version('lmcache')}, torch {metadata.version('torch')}, "
+        f"lmcache-device-kit {metadata.version('lmcache-device-kit')}",
 {%- if cookiecutter.emulator == 'yes' %}
         f"{EMULATOR_ENV_VAR}={emulator} LMCACHE_DEVICE_BACKEND={backend}",
 {%- else %}

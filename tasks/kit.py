@@ -1,0 +1,57 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The kit (``kit/``, the distribution ``lmcache-device-kit``): its version and its checks.
+
+Why: a rendered project's tests take their harness from the kit at the version the
+project pins; the template's sessions build the kit from this repository with a PEP 517
+frontend, check its wheel here, and install it before a render's wheel
+(``tasks.project.install_kit``), so the render's pin resolves to this very source.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from tasks.checks import MAX_LINES, import_circles, package_imports, read_wheel
+from tasks.variants import ROOT
+
+KIT = ROOT / "kit"
+KIT_PACKAGE = "lmcache_device_kit"
+KIT_DISTRIBUTION = "lmcache-device-kit"
+
+
+def kit_version(root: Path = KIT) -> str:
+    """The kit's version: the one its pyproject.toml declares, which a render pins."""
+    return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+
+
+def kit_structure_problems(root: Path = KIT) -> list[str]:
+    """Import circles in the kit's package and modules longer than a screen."""
+    package_dir = root / "src" / KIT_PACKAGE
+    problems = [
+        f"import circle: {' -> '.join(circle)}"
+        for circle in import_circles(package_imports(package_dir, KIT_PACKAGE))
+    ]
+    for path in sorted(package_dir.rglob("*.py")):
+        lines = path.read_text().count("\n")
+        if lines > MAX_LINES:
+            problems.append(f"{path.relative_to(root)}: {lines} lines (at most {MAX_LINES})")
+    return problems
+
+
+def kit_wheel_problems(wheel: Path, root: Path = KIT) -> list[str]:
+    """What is wrong with the kit's wheel: its name and version, its modules, py.typed, no tests."""
+    names, _, _, metadata = read_wheel(wheel)
+    problems = []
+    for line in (f"Name: {KIT_DISTRIBUTION}", f"Version: {kit_version(root)}"):
+        if line not in metadata:
+            problems.append(f"METADATA lacks {line!r}")
+    sources = {str(p.relative_to(root / "src")) for p in (root / "src" / KIT_PACKAGE).rglob("*.py")}
+    missing = sorted(sources - set(names))
+    if missing:
+        problems.append(f"the kit's wheel lacks {', '.join(missing[:4])}")
+    if f"{KIT_PACKAGE}/py.typed" not in names:
+        problems.append(f"the kit's wheel lacks {KIT_PACKAGE}/py.typed")
+    if any(name.startswith("tests/") for name in names):
+        problems.append("the kit's wheel ships its tests")
+    return problems

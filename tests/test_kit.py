@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A render takes its harness from the kit (kit/, lmcache-device-kit): at the kit's own version, from the
+template commit cruft recorded, or from where the vendor says."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hooks.kit_version import kit_version as kit_version_in_renders
+from tasks.kit import KIT, kit_structure_problems, kit_version
+
+
+def kit_requirement(project: Path, kit_env: str | None = None) -> list[str]:
+    """What the rendered noxfile installs as the kit, asked in a process of its own (a noxfile registers its
+    sessions when it runs)."""
+    code = "import json, runpy; print(json.dumps(runpy.run_path('noxfile.py')['kit_requirement']()))"
+    env = {k: v for k, v in os.environ.items() if k != "LMCACHE_DEVICE_KIT"}
+    env |= {"LMCACHE_DEVICE_KIT": kit_env} if kit_env is not None else {}
+    done = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_render_pins_the_kit_at_the_version_the_kit_declares(render: Callable[..., Path]) -> None:
+    test_extra = tomllib.loads((render() / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    assert f"lmcache-device-kit=={kit_version()}" in test_extra
+    assert kit_version_in_renders() == kit_version()
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("gh:acme/lmcache-device-template", "git+https://github.com/acme/lmcache-device-template@{commit}"),
+        ("https://example.com/t.git", "git+https://example.com/t.git@{commit}"),
+    ],
+)
+def test_the_rendered_noxfile_takes_the_kit_from_the_template_commit_cruft_recorded(
+    render: Callable[..., Path], template: str, expected: str
+) -> None:
+    project = render()
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (project / ".cruft.json").write_text(json.dumps({"template": template, "commit": commit}))
+    assert kit_requirement(project) == [f"lmcache-device-kit @ {expected.format(commit=commit)}#subdirectory=kit"]
+
+
+def test_the_rendered_noxfile_takes_the_kit_from_the_environment_first_and_else_from_its_pin(
+    render: Callable[..., Path],
+) -> None:
+    project = render()
+    assert kit_requirement(project) == [f"lmcache-device-kit=={kit_version()}"]
+    assert kit_requirement(project, f"{KIT} --no-build-isolation") == [str(KIT), "--no-build-isolation"]
+
+
+def test_the_kit_has_no_import_circle_and_no_module_longer_than_a_screen() -> None:
+    assert kit_structure_problems() == []
+
+
+def test_a_kit_whose_version_is_not_written_out_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "lmcache-device-kit"\ndynamic = ["version"]\n')
+    with pytest.raises(RuntimeError, match="static version"):
+        kit_version_in_renders(tmp_path / "pyproject.toml")
