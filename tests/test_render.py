@@ -255,7 +255,8 @@ def test_pyproject_declares_the_entry_point_and_requires_exactly_the_tested_lmca
     meta = pyproject(render())
     project = meta["project"]
     assert project["entry-points"]["lmcache.device_plugins"] == {"foo": "lmcache_foo.device:FooDeviceSpec"}
-    assert project["dependencies"] == ["lmcache>=0.5.4,<=0.5.6"]
+    tested = json.loads((TEMPLATE / "cookiecutter.json").read_text())["_lmcache_tested"]
+    assert project["dependencies"] == [f"lmcache>={tested[0]},<={tested[-1]}"]
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     assert meta["tool"]["setuptools"]["packages"]["find"]["where"] == ["src"]
 
