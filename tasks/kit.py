@@ -40,13 +40,15 @@ def kit_structure_problems(root: Path = KIT) -> list[str]:
 
 
 def kit_wheel_problems(wheel: Path, root: Path = KIT) -> list[str]:
-    """What is wrong with the kit's wheel: its name and version, its modules, py.typed, no tests."""
+    """What is wrong with the kit's wheel: its name and version, its modules and data files, py.typed, no tests."""
     names, _, _, metadata = read_wheel(wheel)
     problems = []
     for line in (f"Name: {KIT_DISTRIBUTION}", f"Version: {kit_version(root)}"):
         if line not in metadata:
             problems.append(f"METADATA lacks {line!r}")
-    sources = {str(p.relative_to(root / "src")) for p in (root / "src" / KIT_PACKAGE).rglob("*.py")}
+    package = root / "src" / KIT_PACKAGE  # its modules and its data (py.typed, the contract's TOML)
+    shipped = [p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    sources = {str(p.relative_to(root / "src")) for p in shipped}
     missing = sorted(sources - set(names))
     if missing:
         problems.append(f"the kit's wheel lacks {', '.join(missing[:4])}")

@@ -9,6 +9,7 @@ from xml.etree import ElementTree
 
 import nox
 
+from tasks.checks import context
 from tasks.envs import ReleaseEnv
 
 #: For suites run without the rendered pyproject's settings (in-tree, server-free subsets): in
@@ -79,6 +80,12 @@ def per_file(junit: Path) -> str:
     return "\n".join([f"{'time':>9}  {'tests':>4}  file (summed over workers)", *lines])
 
 
+def kit_options(project: Path) -> list[str]:
+    """What the kit's contract runner and canary are told about a render, as its noxfile tells them: its backend
+    and the project (its tests, its ports of LMCache's per-device tests)."""
+    return ["--package", context(project)["__package"], "--project", str(project)]
+
+
 def run_contract(
     session: nox.Session,
     env: ReleaseEnv,
@@ -87,13 +94,15 @@ def run_contract(
     env_vars: dict[str, str | None],
     suites: tuple[str, ...],
 ) -> str:
-    """LMCache's own device-generic ``suites`` from its sdist against the installed plugin (the rendered
-    tests/lmcache_contract.py, as ``nox -s lmcache_contract`` runs it); a summary for the timing table."""
+    """LMCache's own device-generic ``suites`` from its sdist against the installed plugin (the kit's contract
+    runner, as the render's ``nox -s lmcache_contract`` runs it; ``devices``: the render's ports, counted apart);
+    a summary for the timing table."""
     out = work / "lmcache-contract"
     chosen = [argument for suite in suites for argument in ("--suite", suite)]
     with session.chdir(work):
-        env.run_logged(session, out / "contract.log", "python", str(project / "tests" / "lmcache_contract.py"),
-                       "--work", str(out), *chosen, env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
+        env.run_logged(session, out / "contract.log", "python", "-m", "lmcache_device_kit.contract",
+                       *kit_options(project), "--work", str(out), *chosen,
+                       env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
     outcomes = [count(session, junit, device_present=True) for junit in sorted(out.glob("contract-*.xml"))]
     passed, skipped = sum(o.passed for o in outcomes), sum(o.skipped for o in outcomes)
     return f"LMCache's own tests ({' + '.join(suites)}): {passed} passed, {skipped} skipped"
@@ -103,15 +112,16 @@ def run_canary(
     session: nox.Session, env: ReleaseEnv, project: Path, work: Path, env_vars: dict[str, str | None],
     suites: tuple[str, ...],
 ) -> Outcome:  # fmt: skip
-    """A pre-release: the rendered canary (``tests/canary.py``, as its ``nox -s canary`` runs it): ``doctor --api``,
-    the suite and LMCache's own ``suites`` (the platform one when none), its expected differences reported apart;
-    it fails on anything else. Its report is printed and kept beside the suite's JUnit report, its output in canary.log."""
+    """A pre-release: the kit's canary on the render (as its ``nox -s canary`` runs it): ``doctor --api``, the
+    render's suite and LMCache's own ``suites`` (the platform one when none), its expected differences reported
+    apart; it fails on anything else. Its report is printed and kept beside the suite's JUnit report, its output in
+    canary.log."""
     canary = work / "canary"
     chosen = [argument for suite in suites for argument in ("--contract-suite", suite)]
     with session.chdir(work):
-        env.run_logged(session, work / "canary.log", "python", str(project / "tests" / "canary.py"),
-                       "--report", str(work / "canary-report.md"), "--work", str(canary), *chosen,
-                       env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
+        env.run_logged(session, work / "canary.log", "python", "-m", "lmcache_device_kit.canary",
+                       *kit_options(project), "--report", str(work / "canary-report.md"), "--work", str(canary),
+                       *chosen, env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
         session.log(f"canary report ({work / 'canary-report.md'}):\n{(work / 'canary-report.md').read_text()}")
     outcome = count(session, canary / "suite.xml", device_present=True)
     contract = [count(session, junit, device_present=True) for junit in sorted(canary.glob("contract/contract-*.xml"))]

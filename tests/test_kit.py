@@ -67,3 +67,23 @@ def test_a_kit_whose_version_is_not_written_out_is_refused_naming_the_fix(tmp_pa
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "lmcache-device-kit"\ndynamic = ["version"]\n')
     with pytest.raises(RuntimeError, match="static version"):
         kit_version_in_renders(tmp_path / "pyproject.toml")
+
+
+@pytest.mark.parametrize(("tool", "module"), [("contract", "contract.runner"), ("canary", "canary")])
+def test_the_rendered_noxfile_runs_the_kits_tool_told_its_backend_and_project_as_the_kit_accepts(
+    render: Callable[..., Path], tool: str, module: str
+) -> None:
+    """``nox -s lmcache_contract`` and ``nox -s canary`` run ``python -m lmcache_device_kit.<tool>`` with options
+    the kit's own parser takes (the kit from this checkout), naming the render's backend and the render."""
+    project = render()
+    code = f"import json, runpy; print(json.dumps(runpy.run_path('noxfile.py')['kit']({tool!r})))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    command = json.loads(done.stdout.splitlines()[-1])
+    assert command[:3] == ["python", "-m", f"lmcache_device_kit.{tool}"]
+    parse = (f"import sys; from lmcache_device_kit.{module} import parse_args; "
+             "o = parse_args(sys.argv[1:]); print(o.package, o.project)")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(KIT / "src")}
+    done = subprocess.run([sys.executable, "-c", parse, *command[3:]], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["lmcache_foo", str(project.resolve())]

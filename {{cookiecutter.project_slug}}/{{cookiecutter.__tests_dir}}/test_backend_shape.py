@@ -6,7 +6,7 @@ lmcache 0.5.7 gives its new built-ins support tests of one shape
 spec under agreeing names, ``resolve_device_ops`` hands out one cached ops object,
 availability follows the runtime and never raises, and the LMCache-driven
 capability comes with all of its parts or none. They are written against LMCache's
-own backends, so ``lmcache_contract.py`` cannot run them here; these are their
+own backends, so the kit's contract runner cannot run them here; these are their
 device-generic checks, run against this backend. Its device is stubbed where it
 matters, so they need none.
 """

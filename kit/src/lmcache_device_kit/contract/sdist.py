@@ -1,13 +1,13 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""LMCache's sdist, fetched for ``lmcache_contract.py``: its tests ship only there.
+# SPDX-License-Identifier: Apache-2.0
+"""LMCache's sdist, fetched for the contract runner: LMCache's tests ship only there.
 
-Why a module of its own: fetching is its own concern (pip's index, its
-certificate, a checksum and a cache), apart from choosing and running LMCache's
-tests; so is telling which entries of ``lmcache_contract.toml`` concern a
-release's sdist (``for_release``). The sdist comes through the index's JSON
-simple API (PEP 691; ``pip download`` cannot fetch it: preparing the sdist's
-metadata fails). It imports only the standard library: never LMCache or this
-plugin, and never ``lmcache_contract`` (which imports it).
+Why a module of its own: fetching is its own concern (pip's index, its certificate, a
+checksum and a cache), apart from choosing and running LMCache's tests. The sdist
+comes through the index's JSON simple API (PEP 691; ``pip download`` cannot fetch
+it: preparing the sdist's metadata fails).
+
+Imports only the standard library: never LMCache, the plugin or the runner (which
+imports it).
 """
 
 # Future
@@ -15,11 +15,9 @@ from __future__ import annotations
 
 # Standard
 from pathlib import Path
-from typing import Any
 import hashlib
 import json
 import os
-import re
 import ssl
 import subprocess
 import sys
@@ -39,6 +37,14 @@ def index_url() -> str:
     )
     configured = done.stdout.strip().rstrip("/") if done.returncode == 0 else ""
     return configured or "https://pypi.org/simple"
+
+
+def cache_dir(package: str) -> Path:
+    """Where sdists are kept: ``$XDG_CACHE_HOME`` (else ``~/.cache``), in the directory
+    the plugin's own runner used before the kit had it (``<package>-lmcache-sdists``),
+    so a project's cache stays valid."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / f"{package}-lmcache-sdists"
 
 
 def fetch_sdist(release: str, cache: Path) -> Path:
@@ -67,24 +73,3 @@ def fetch_sdist(release: str, cache: Path) -> Path:
     partial.write_bytes(data)
     partial.replace(target)
     return target
-
-
-def numeric(version: str) -> tuple[int, ...]:
-    """``0.5.7rc2`` -> (0, 5, 7): a pre-release counts as its final."""
-    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
-
-
-def for_release(entries: dict[str, Any], installed: str) -> dict[str, str]:
-    """The entries of one table of the exclusion file that concern ``installed``, as
-    test -> reason: a reason alone is every release's, a table bounds its releases."""
-    found = {}
-    for test, entry in entries.items():
-        if isinstance(entry, str):
-            found[test] = entry
-            continue
-        first, last = entry.get("first"), entry.get("last")
-        if (first is None or numeric(installed) >= numeric(first)) and (
-            last is None or numeric(installed) <= numeric(last)
-        ):
-            found[test] = entry["reason"]
-    return found

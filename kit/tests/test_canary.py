@@ -1,12 +1,12 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The canary says who depends on what moved, and keeps expected differences apart.
+# SPDX-License-Identifier: Apache-2.0
+"""The canary says who depends on what moved, and keeps expected differences apart.
 
-``tests/canary.py`` runs the suite on an LMCache this plugin was not tested with.
-A failing test is the harness's when its failure names a harness entry of
-``doctor --api`` that moved, the plugin's when it names one of the plugin's, and
-the plugin's own code's otherwise; a test declared to fail on every untested
-release is reported as expected and does not fail the canary. Checked here on
-JUnit reports of those shapes, without running a release.
+``lmcache_device_kit.canary`` runs a project's suite on an LMCache its plugin was not
+tested with. A failing test is the harness's when its failure names a harness entry
+of ``doctor --api`` that moved, the plugin's when it names one of the plugin's, and
+the plugin's own code's otherwise; a test declared to fail on every untested release
+is reported as expected and does not fail the canary. Checked here on JUnit reports
+of those shapes, without running a release.
 """
 
 # Future
@@ -16,10 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 
 # Third Party
-from canary import EXPECTED, attribution, is_untested, junit_outcome
 import pytest
 
-pytestmark = pytest.mark.without_device
+# First Party
+from lmcache_device_kit import backend as kit_backend
+from lmcache_device_kit.canary import (
+    EXPECTED,
+    attribution,
+    is_untested,
+    junit_outcome,
+    untested_env,
+)
 
 MOVED = [
     {"name": "harness call LoadStoreOp", "ok": False},
@@ -86,3 +93,15 @@ def test_on_a_tested_release_the_expected_difference_counts_as_any_failure(
 def test_a_pre_release_past_the_newest_tested_one_is_untested() -> None:
     assert is_untested("0.5.7rc2", ">=0.5.4,<=0.5.6")
     assert not is_untested("0.5.5", ">=0.5.4,<=0.5.6")
+
+
+def test_a_backend_without_a_release_guard_is_refused_naming_what_it_lacks() -> None:
+    in_tree = kit_backend.Backend(
+        "lmcache.v1.platform.devices.bar", "bar", "bar", "bar", "", "bar slow path:"
+    )
+    with pytest.raises(SystemExit, match="has no ALLOW_UNTESTED_ENV_VAR"):
+        untested_env(in_tree)
+    wheel = kit_backend.Backend(
+        "lmcache_bar", "bar", "bar", "bar", "", "slow:", "LMCACHE_BAR_ALLOW_UNTESTED"
+    )
+    assert untested_env(wheel)["LMCACHE_BAR_ALLOW_UNTESTED"] == "1"

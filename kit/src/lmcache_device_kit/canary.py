@@ -1,21 +1,22 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Try this plugin on an LMCache it was not tested with, and say what broke.
+# SPDX-License-Identifier: Apache-2.0
+"""Try a plugin on an LMCache it was not tested with, and say what broke
+(``python -m lmcache_device_kit.canary``; a project's ``nox -s canary``).
 
-Run by ``nox -s canary``, which installs the lmcache under test (the newest
-release, a version, or a VCS reference), this wheel without its lmcache pin, its
-test requirements and the emulator. In order: ``doctor --api`` (what moved in
-LMCache's interface), the conformance suite, and LMCache's own device-generic
-tests (``lmcache_contract.py``), each with the release check relaxed, in these
-processes only:
-``{{ cookiecutter.__untested_env_var }}=1``.
-Writes a markdown report. Each failing test is attributed: to the harness
-(these tests' worker, scheduler and servers) or to the plugin, when its failure
-names an entry of ``doctor --api`` that moved; else to the plugin itself. Tests
-that must fail on any untested release are declared below (``EXPECTED``), with
-the reason, and reported apart. Exit status 0 only when everything else passed.
+The project's ``nox -s canary`` installs the lmcache under test (the newest
+release, a version, or a VCS reference), the plugin's wheel without its lmcache pin,
+its test requirements and the emulator, then runs this. In order: ``doctor --api``
+(what moved in LMCache's interface), the project's conformance suite, and LMCache's
+own device-generic tests (``python -m lmcache_device_kit.contract``), each with the
+plugin's release check relaxed in these processes only (its
+``ALLOW_UNTESTED_ENV_VAR=1``). Writes a markdown report. Each failing test is
+attributed: to the harness (the tests' worker, scheduler and servers) or to the
+plugin, when its failure names an entry of ``doctor --api`` that moved; else to the
+plugin itself. Tests that must fail on any untested release are declared below
+(``EXPECTED``), with the reason, and reported apart. Exit status 0 only when
+everything else passed.
 
-Usage: python tests/canary.py --report canary-report.md [--work DIR]
-       [--contract-suite NAME ...]
+Generic over ``lmcache_device_kit.backend.current()`` (``--package`` sets it).
+Imports neither LMCache nor the plugin: it runs them in processes of their own.
 """
 
 # Future
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 # Standard
 from datetime import datetime, timezone
-from importlib.metadata import requires, version
+from importlib.metadata import packages_distributions, requires, version
 from pathlib import Path
 from xml.etree import ElementTree
 import argparse
@@ -33,18 +34,15 @@ import subprocess
 import sys
 import tempfile
 
-PACKAGE = "{{ cookiecutter.import_package }}"
-DISTRIBUTION = "{{ cookiecutter.project_slug }}"
-TESTS = Path(__file__).resolve().parent
-ENV = {
-    **os.environ,
-    "{{ cookiecutter.__untested_env_var }}": "1",
-    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-}
+# First Party
+from lmcache_device_kit import backend as kit_backend
+from lmcache_device_kit.contract import project as projects
+
 #: Failing tests listed in the report, at most.
 MAX_LISTED = 40
-#: Tests that fail on every release the plugin was not tested with, by design:
-#: file::test -> why. They are reported, and do not fail the canary.
+#: Tests of a project's suite (as the template renders it) that fail on every
+#: release the plugin was not tested with, by design: file::test -> why. They are
+#: reported, and do not fail the canary.
 EXPECTED = {
     "test_discovery.py::test_declared_lmcache_range_is_exactly_the_tested_releases": (
         "the installed lmcache is outside the tested range by definition; it joins "
@@ -53,12 +51,28 @@ EXPECTED = {
 }
 
 
-def supported_range() -> str:
-    """The lmcache requirement this wheel declares: the releases it was tested with."""
+def untested_env(backend: kit_backend.Backend) -> dict[str, str]:
+    """The environment of the canary's runs: the plugin's release check relaxed."""
+    if not backend.allow_untested_env_var:
+        sys.exit(
+            f"{backend.package}'s names.py has no ALLOW_UNTESTED_ENV_VAR: the canary "
+            "tries a wheel past its lmcache range, which the wheel must allow"
+        )
+    return {
+        **os.environ,
+        backend.allow_untested_env_var: "1",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
+
+
+def supported_range(package: str) -> str:
+    """The lmcache requirement the plugin's distribution declares: the releases it was
+    tested with."""
     # Third Party
     from packaging.requirements import Requirement
 
-    declared = [Requirement(text) for text in requires(DISTRIBUTION) or []]
+    (distribution, *_) = packages_distributions()[package.split(".")[0]]
+    declared = [Requirement(text) for text in requires(distribution) or []]
     return str(next(r for r in declared if r.name == "lmcache").specifier)
 
 
@@ -70,13 +84,13 @@ def is_untested(installed: str, supported: str) -> bool:
     return not SpecifierSet(supported).contains(installed, prereleases=True)
 
 
-def api_checks() -> list[dict]:
+def api_checks(package: str, env: dict[str, str]) -> list[dict]:
     """``doctor --api --json``: one dict per entry (name, ok, detail, fix)."""
     done = subprocess.run(
-        [sys.executable, "-m", f"{PACKAGE}.doctor", "--api", "--json"],
+        [sys.executable, "-m", f"{package}.doctor", "--api", "--json"],
         capture_output=True,
         text=True,
-        env=ENV,
+        env=env,
         timeout=300,
     )
     try:
@@ -135,25 +149,28 @@ def attribution(text: str, moved: list[dict]) -> str:
     return "; ".join(said)
 
 
-def run_suite(junit: Path, untested: bool) -> dict:
-    """The conformance suite, from outside the source tree."""
+def run_suite(tests: Path, junit: Path, env: dict[str, str], untested: bool) -> dict:
+    """The project's conformance suite, from outside its source tree."""
     with tempfile.TemporaryDirectory() as scratch:
         subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(TESTS)]
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tests)]
             + [f"--junitxml={junit}"],
             cwd=scratch,
-            env=ENV,
+            env=env,
         )
     return junit_outcome([junit], untested)
 
 
-def run_contract(junit_dir: Path, suites: list[str], untested: bool) -> dict:
+def run_contract(
+    project: Path, junit_dir: Path, suites: list[str], env: dict, untested: bool
+) -> dict:
     """LMCache's own device-generic tests from the installed release's sdist."""
     options = [arg for suite in suites for arg in ("--suite", suite)]
     subprocess.run(
-        [sys.executable, str(TESTS / "lmcache_contract.py"), *options]
-        + ["--junit", str(junit_dir), "--work", str(junit_dir / "work")],
-        env=ENV,
+        [sys.executable, "-m", "lmcache_device_kit.contract", *options]
+        + ["--project", str(project), "--junit", str(junit_dir)]
+        + ["--work", str(junit_dir / "work")],
+        env=env,
     )
     reports = sorted(junit_dir.glob("contract-*.xml")) or [junit_dir / "-"]
     return junit_outcome(reports, untested)
@@ -180,8 +197,10 @@ def outcome_lines(title: str, outcome: dict | None, moved: list[dict]) -> list[s
     return [*lines, ""]
 
 
-def report(checks: list[dict], suite: dict | None, contract: dict | None) -> str:
-    installed, supported = version("lmcache"), supported_range()
+def report(
+    package: str, checks: list[dict], suite: dict | None, contract: dict | None
+) -> str:
+    installed, supported = version("lmcache"), supported_range(package)
     broken = [check for check in checks if not check["ok"]]
     tested = (
         "outside the wheel's tested range, so its release check was relaxed for this "
@@ -190,7 +209,7 @@ def report(checks: list[dict], suite: dict | None, contract: dict | None) -> str
         else "a release the wheel was tested with: nothing is expected to fail"
     )
     lines = [
-        f"# Canary: {PACKAGE} on lmcache {installed}",
+        f"# Canary: {package} on lmcache {installed}",
         "",
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. lmcache {installed} is "
         f"{tested} (lmcache{supported}).",
@@ -207,21 +226,51 @@ def report(checks: list[dict], suite: dict | None, contract: dict | None) -> str
     return "\n".join(lines)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m lmcache_device_kit.canary",
+        description="Try the installed plugin on an LMCache it was not tested with.",
+    )
     parser.add_argument("--report", type=Path, default=Path("canary-report.md"))
     parser.add_argument("--contract-suite", action="append", default=[])
     parser.add_argument("--work", type=Path, help="for the JUnit reports (a new temp)")
-    options = parser.parse_args()
+    parser.add_argument(
+        "--project",
+        type=Path,
+        help="the plugin's project, whose tests/ run (default: the one around the "
+        "current directory)",
+    )
+    parser.add_argument(
+        "--package",
+        help="the plugin's import package (default: $" + kit_backend.PACKAGE_ENV_VAR,
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    backend = (
+        kit_backend.use(options.package) if options.package else kit_backend.current()
+    )
+    project = options.project or projects.find_project()
+    if project is None:
+        sys.exit("no project around the current directory: pass --project DIR")
+    project = project.resolve()  # the suite runs from a temporary directory
+    env = untested_env(backend)
     work = options.work or Path(tempfile.mkdtemp(prefix="canary-"))
     work.mkdir(parents=True, exist_ok=True)
-    checks = api_checks()
+    checks = api_checks(backend.package, env)
     loads = not any(c["name"] == "name plugin_group" and not c["ok"] for c in checks)
-    untested = is_untested(version("lmcache"), supported_range())
-    suite = run_suite(work / "suite.xml", untested) if loads else None
+    untested = is_untested(version("lmcache"), supported_range(backend.package))
+    tests = project / projects.TESTS_DIR
+    suite = run_suite(tests, work / "suite.xml", env, untested) if loads else None
     suites = options.contract_suite or ["platform"]
-    contract = run_contract(work / "contract", suites, untested) if loads else None
-    options.report.write_text(report(checks, suite, contract))
+    contract = (
+        run_contract(project, work / "contract", suites, env, untested)
+        if loads
+        else None
+    )
+    options.report.write_text(report(backend.package, checks, suite, contract))
     print(options.report.read_text())
     outcomes = [o for o in (suite, contract) if o is not None]
     failed = [o for o in outcomes if o["failures"] or o["errors"] or not o["tests"]]
