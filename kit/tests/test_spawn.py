@@ -37,12 +37,19 @@ sys.exit(3)
 """
 
 
-def test_a_forked_program_sees_what_a_new_interpreter_sees(tmp_path: Path) -> None:
-    """The same -c probe, forked and fresh: identical argv, cwd, sys.path (PYTHONPATH
-    included), variables, stdin, stderr and exit status; only the forked one finds torch
-    already imported (the zygote's)."""
+@pytest.mark.parametrize("launch", ["-c", "-m", "script"])
+def test_a_forked_program_sees_what_a_new_interpreter_sees(
+    tmp_path: Path, launch: str
+) -> None:
+    """The same probe, as code, a module (the harness runs its workers so) or a
+    script, forked and fresh: identical argv, cwd, sys.path (PYTHONPATH included),
+    variables, stdin, stderr and exit status; only the forked one finds torch already
+    imported (the zygote's)."""
     extra = tmp_path / "on-pythonpath"
     extra.mkdir()
+    probe = tmp_path / "spawn_probe.py"
+    probe.write_text(PROBE)
+    program = {"-c": ["-c", PROBE], "-m": ["-m", probe.stem], "script": [str(probe)]}
     env = child_env({"LMCACHE_SPAWN_PROBE": "seen", "PYTHONPATH": str(extra)})
     seen = {}
     for fresh in (False, True):
@@ -52,7 +59,7 @@ def test_a_forked_program_sees_what_a_new_interpreter_sees(tmp_path: Path) -> No
         streams[0].write("from stdin")
         streams[0].seek(0)
         process = spawn.popen(
-            [sys.executable, "-c", PROBE, "a", "b"],
+            [sys.executable, *program[launch], "a", "b"],
             env=env,
             cwd=tmp_path,
             stdin=streams[0],
@@ -70,8 +77,10 @@ def test_a_forked_program_sees_what_a_new_interpreter_sees(tmp_path: Path) -> No
     )
     assert seen[True].pop("torch_preloaded") is False
     assert seen[False] == seen[True]
+    argv0 = "-c" if launch == "-c" else str(probe)
     assert (
-        seen[True]["argv"] == ["-c", "a", "b"]
+        seen[True]["argv"] == [argv0, "a", "b"]
+        and seen[True]["main"] == "__main__"
         and seen[True]["mine"] == "seen"
         and not seen[True]["lmcache"]
     )
