@@ -23,6 +23,9 @@ Protocol (one JSON line per step on stdout; logs go to stderr):
                a retrieve that returned another prompt's chunks shows)
                -> {"phase": "store", ...}
   stdin EOF    unregister both caches and exit.
+
+It imports lmcache once its arguments are parsed (``import lmcache`` selects the
+backend) and never the plugin under test: LMCache loads it.
 """
 
 # Future
