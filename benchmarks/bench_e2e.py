@@ -13,8 +13,8 @@ a store reuses pool memory instead of waiting for eviction), store
 scheduler, retrieve them at once. A request's latency is the slowest rank's;
 the first measured round of each cell compares the retrieved bytes.
 
-Uses the rendered project's own harness (``tests/_servers.py``,
-``tests/_scheduler.py``), so servers start as the conformance suite starts them.
+Uses the rendered project's harness, the kit's (``lmcache_device_kit.harness``:
+``servers``, ``scheduler``), so servers start as the conformance suite starts them.
 """
 
 from __future__ import annotations
@@ -86,10 +86,8 @@ def run_mode(
     samples}}, {cell id: memcpy samples}, what each setup's ranks and server said of
     the paths they took ({setup: {"ranks": [...], "server_log": path, ...}}); with
     ``profile`` (pids by role -> a sampler; one setup), the profiles it wrote."""
-    if str(project / "tests") not in sys.path:
-        sys.path.insert(0, str(project / "tests"))
-    from _scheduler import Scheduler
-    from _servers import running_server
+    from lmcache_device_kit.harness.scheduler import Scheduler
+    from lmcache_device_kit.harness.servers import running_server
 
     server_mode, worker_mode, shm = MODES[mode]
     largest = max(c["chunks"] * c["concurrency"] for c in cells)

@@ -69,7 +69,7 @@ def main() -> int:
 
     import lmcache  # noqa: F401 - selects the backend from the environment
 
-    compat = importlib.import_module(f"{args.package}._lmcache_compat.harness")
+    compat = importlib.import_module("lmcache_device_kit.harness.lmcache_calls")  # as the suite's workers call
     torch.set_num_threads(1)
     per_chunk = args.chunk // args.block_size
     blocks = 2 * args.max_chunks * per_chunk  # stores read the first half, retrieves fill the second

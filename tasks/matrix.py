@@ -18,14 +18,14 @@ import nox
 from tasks.checks import context
 from tasks.envs import ReleaseEnv, overlay_in_tree, wire_patches
 from tasks.progress import timed
-from tasks.project import check_statically, emulator_distribution, install_emulator, install_render, render
+from tasks.project import check_statically, emulator_distribution, install_emulator, install_kit, install_render, render
 from tasks.suite import run_suite
 from tasks.variants import NEWEST, OPTIONS, combination_id
 
 #: The rendered suite's files that need no server.
 UNIT_SUITE = (
     "test_discovery.py", "test_backend_shape.py", "test_ops_parity.py", "test_ipc_wrapper.py", "test_cache_context.py", "test_cache_context_staging.py",
-    "test_lmcache_driven.py", "test_native_ops.py", "test_native_pointer_mode.py", "test_host_memory.py", "test_ports.py",
+    "test_lmcache_driven.py", "test_native_ops.py", "test_native_pointer_mode.py", "test_host_memory.py",
 )  # fmt: skip
 
 
@@ -56,8 +56,9 @@ def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
             session.error(f"expected {'a' if ctx['lmcache_driven'] != 'no' else 'no'} wire patch, found {patches}")
         with timings.step("patch applies; mypy inside an LMCache checkout"):
             typecheck_in_checkout(session, env, project, ctx["backend_name"])
-        if emulator:
-            with timings.step("build, inspect and install the emulator"):
+        with timings.step("install the kit (the suite's harness)" + (" and the emulator" if emulator else "")):
+            install_kit(session, env)
+            if emulator:
                 install_emulator(session, env, project)
         with timings.step("overlay onto lmcache; server-free suite") as step:
             with env.overlaid(session, project, ctx["backend_name"]):

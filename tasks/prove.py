@@ -96,6 +96,7 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
     if emulator:
         install_emulator(session, env, project)
     if is_in_tree(variant):
+        install_kit(session, env)  # the suite's harness, as a wheel's test extra brings it
         with env.overlaid(session, project, ctx["backend_name"]):
             registered = (
                 f"import lmcache; from lmcache.v1.platform import _DEVICE_REGISTRY as r; s = r[{ctx['backend_name']!r}]"

@@ -45,16 +45,15 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     project = render(ownership="in_tree", lmcache_driven="default")
     rendered = files(project)
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
-        "__init__.py", "names.py", "_lmcache_compat/__init__.py", "_lmcache_compat/kv_layout.py", "_lmcache_compat/surface.py", "_lmcache_compat/harness.py",
-        "_lmcache_compat/harness_surface.py", "device_ops.py", "_ops_support.py", "ipc_wrapper.py", "cache_context.py", "after_stream.py", "thread_context.py",
+        "__init__.py", "names.py", "_lmcache_compat/__init__.py", "_lmcache_compat/kv_layout.py", "_lmcache_compat/surface.py",
+        "device_ops.py", "_ops_support.py", "ipc_wrapper.py", "cache_context.py", "after_stream.py", "thread_context.py",
         "event_ipc.py", "pin_memory.py")}  # fmt: skip
     emulator = {f"{IN_TREE_TESTS}_emulator/pyproject.toml",
                 *(f"{IN_TREE_TESTS}_emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES)}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
-        "_engine.py", "_forked.py", "_ports.py", "_scheduler.py", "_servers.py", "_spawn.py", "_support.py", "_worker_kv.py",
-        "_zygote.py", "conftest.py", "e2e_worker.py", "test_backend_shape.py", "test_bad_input.py", "test_cache_context.py", "test_cache_context_staging.py", "test_discovery.py", "test_e2e_engine_driven.py",
+        "_support.py", "conftest.py", "test_backend_shape.py", "test_bad_input.py", "test_cache_context.py", "test_cache_context_staging.py", "test_discovery.py", "test_e2e_engine_driven.py",
         "test_e2e_lmcache_driven.py", "test_faults.py", "test_host_memory.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_native_pointer_mode.py", "test_ops_parity.py", "test_registry_faults.py",
-        "test_ports.py", "test_spawn.py", "test_streams.py")}  # fmt: skip
+        "test_streams.py")}  # fmt: skip
     assert rendered == package | suite | emulator | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
     assert not [d for d in project.rglob("*") if d.is_dir() and not any(d.iterdir())], "empty directories left behind"
 

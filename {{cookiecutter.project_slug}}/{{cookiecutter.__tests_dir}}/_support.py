@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
 {{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Helpers for the conformance tests: new processes, KV geometry, fake plugins.
 
-Nothing here fakes LMCache: the processes started here (through ``_spawn.py``)
-import the installed ``lmcache`` and this installed plugin themselves. The real
-``lmcache server``s live in ``_servers.py``, worker ranks and the scheduler of
-the end-to-end tests in ``_engine.py``.
+Nothing here fakes LMCache: the processes started here (through the kit's
+launcher, ``lmcache_device_kit.harness.spawn``) import the installed ``lmcache``
+and this installed plugin themselves. The real ``lmcache server``s, worker ranks
+and the scheduler of the end-to-end tests come from the kit's harness too
+(``servers``, ``engine``).
 """
 
 # Future
@@ -15,30 +16,18 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
-import os
 import subprocess
 import sys
 import textwrap
 import time
 
 # Third Party
-from _worker_kv import planes_of
-import _spawn
+from lmcache_device_kit.harness import spawn
+from lmcache_device_kit.harness.spawn import child_env
+from lmcache_device_kit.harness.worker_kv import planes_of
 import torch
 
 HERE = Path(__file__).resolve().parent
-
-
-def child_env(overrides: Mapping[str, str | None] = ()) -> dict[str, str]:
-    """This process's environment plus ``overrides``; a value of None removes the
-    variable."""
-    env = {**os.environ, **_spawn.QUIET_ENV}
-    for key, value in dict(overrides).items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
 
 
 def run_python(
@@ -50,9 +39,9 @@ def run_python(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a new process (LMCache caches its registry per process), forked
     from the suite's zygote unless ``fresh`` (tests of what a new interpreter imports;
-    see _spawn.py)."""
+    see the kit's ``harness/spawn.py``)."""
     # Outside the source tree's src/ on sys.path.
-    return _spawn.run(
+    return spawn.run(
         [sys.executable, "-c", code],
         env=child_env(env),
         timeout=timeout,
@@ -211,7 +200,7 @@ KV_LAYOUTS: dict[str, tuple[tuple[int, ...], dict[str, str]]] = {
     "flashinfer_nhd": ((NB, 2, BS, NH, HS), {"kv_layout": "NHD"}),
     "mla": ((NB, BS, HS), {"kv_layout": "NHD"}),
 }
-#: Strided caches every supported LMCache takes (``_worker_kv.MEMORY``), by case: the
+#: Strided caches every supported LMCache takes (``worker_kv.MEMORY``), by case: the
 #: format (KV_LAYOUTS), the memory and the block dim. LMCache gives the ops flash
 #: attention stored blocks first as flashinfer's layout, padded MLA with its
 #: ``block_stride_elems``. Padding in other formats: on the tensor path 0.5.4-0.5.6

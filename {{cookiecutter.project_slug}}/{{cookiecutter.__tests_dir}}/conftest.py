@@ -70,7 +70,7 @@ if os.environ[EMULATOR_ENV_VAR] == "1":
 
 # Imports nothing heavier than the standard library.
 # Third Party
-from _spawn import QUIET_ENV  # noqa: E402
+from lmcache_device_kit.harness.spawn import QUIET_ENV  # noqa: E402
 
 for _key, _value in QUIET_ENV.items():
     os.environ.setdefault(_key, _value)
@@ -210,9 +210,9 @@ def native():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def servers(tmp_path_factory):  # type: ignore[no-untyped-def]
     """The servers this run shares, one per kind, started on first use (see
-    _servers.py)."""
+    the kit's ``harness/servers.py``)."""
     # Third Party
-    from _servers import SharedServers
+    from lmcache_device_kit.harness.servers import SharedServers
 
     pool = SharedServers(tmp_path_factory.mktemp("servers"))
     yield pool
@@ -226,9 +226,9 @@ _NEXT_TEST: list = [None]
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item) -> None:  # type: ignore[no-untyped-def]
     # Third Party
-    import _servers
+    from lmcache_device_kit.harness import servers
 
-    _servers.OWN_SERVER_MARKED = item.get_closest_marker("own_server") is not None
+    servers.OWN_SERVER_MARKED = item.get_closest_marker("own_server") is not None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -245,7 +245,7 @@ def server(request, servers, spec):  # type: ignore[no-untyped-def]
     once, and the schedule keeps them together), so it shuts down while the run goes
     on; a later test of its kind would start a new one."""
     # Third Party
-    from _servers import SERVER_KINDS
+    from lmcache_device_kit.harness.servers import SERVER_KINDS
 
     kind = request.param
     if SERVER_KINDS[kind].get("plugin") and not spec.is_lmcache_driven_available():

@@ -18,11 +18,16 @@ import textwrap
 import time
 
 # Third Party
-from _engine import MQ_TIMEOUT, TIMED_OUT_MQ_TIMEOUT, Scheduler, start_worker
-from _servers import CHUNK, LMCacheServer
 from _support import child_env
-from e2e_worker import BLOCK_SIZE, token_ids
-import _spawn
+from lmcache_device_kit.harness import spawn
+from lmcache_device_kit.harness.engine import (
+    MQ_TIMEOUT,
+    TIMED_OUT_MQ_TIMEOUT,
+    Scheduler,
+    start_worker,
+)
+from lmcache_device_kit.harness.servers import CHUNK, LMCacheServer
+from lmcache_device_kit.harness.worker_kv import BLOCK_SIZE, token_ids
 import pytest
 
 DEVICE = "{{ cookiecutter.device_name }}"
@@ -72,9 +77,7 @@ BAD_KV = textwrap.dedent(
     import json, sys, time
     import lmcache, torch, zmq
     from lmcache.integration.vllm import vllm_multi_process_adapter as mp
-    from {{ cookiecutter.__package }}._lmcache_compat import (
-        harness,
-    )
+    from lmcache_device_kit.harness import lmcache_calls as harness
 
     url, fault = sys.argv[1], sys.argv[2]
     kv = {
@@ -141,7 +144,7 @@ def test_malformed_kv_caches_are_refused_with_a_reason_and_store_nothing(
     """Layers that disagree in shape, dtype or device: refused or failed within 30 s,
     reason logged, nothing stored."""
     started = time.monotonic()
-    done = _spawn.run(
+    done = spawn.run(
         [sys.executable, "-c", BAD_KV, server.url, fault],
         timeout=DEADLINE_S + 30,
         env=child_env({}),

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator
 import itertools
 
 # Third Party
-from _engine import Cluster
-from _servers import CHUNK, LMCacheServer
-from e2e_worker import token_ids
+from lmcache_device_kit.harness.engine import Cluster
+from lmcache_device_kit.harness.servers import CHUNK, LMCacheServer
+from lmcache_device_kit.harness.worker_kv import token_ids
 import pytest
 
 # First Party

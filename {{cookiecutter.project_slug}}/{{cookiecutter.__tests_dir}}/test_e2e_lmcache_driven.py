@@ -22,16 +22,23 @@ import itertools
 import signal
 
 # Third Party
-from _engine import Cluster, workers
-from _servers import (
+from lmcache_device_kit.harness import lmcache_calls
+from lmcache_device_kit.harness.engine import Cluster, workers
+from lmcache_device_kit.harness.servers import (
     CHUNK,
-    PLUGIN_SERVER_ENV,
     LMCacheServer,
     new_shm_entries,
+    plugin_server_env,
     running_server,
     shm_entries,
 )
-from e2e_worker import BLOCK_SIZE, DTYPE, HEAD_SIZE, NUM_HEADS, token_ids
+from lmcache_device_kit.harness.worker_kv import (
+    BLOCK_SIZE,
+    DTYPE,
+    HEAD_SIZE,
+    NUM_HEADS,
+    token_ids,
+)
 import pytest
 
 # First Party
@@ -152,12 +159,7 @@ def test_mla_plane_tuples_and_strided_caches_round_trip_byte_exact_through_the_s
     and flash attention stored blocks first: stored and retrieved by the server through
     this plugin's IPC wrapper (strides and offsets kept), cache context and ops: same
     bytes, the padding never written, no slow path."""
-    # First Party
-    from {{ cookiecutter.__package }}._lmcache_compat import (
-        harness,
-    )
-
-    if layout == "kv_planes" and not harness.wraps_plane_sequences():
+    if layout == "kv_planes" and not lmcache_calls.wraps_plane_sequences():
         pytest.skip("this lmcache wraps only tensors: plane tuples arrive with 0.5.6")
     logged = len(server.log())
     ranks = Cluster(
@@ -226,7 +228,7 @@ def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothin
     with running_server(
         tmp_path / "server.log",
         transfer_mode="lmcache_driven",
-        env=PLUGIN_SERVER_ENV,
+        env=plugin_server_env(),
         extra_args=["--separate-object-groups"],
     ) as server:
         ranks = Cluster(
@@ -248,8 +250,7 @@ def test_a_hybrid_model_restores_each_groups_window_byte_exact_and_writes_nothin
                 "hybrid", token_ids(TOKENS), TOKENS
             )
             assert hit == TOKENS, "the store was acknowledged but never committed"
-            # Each group holds, per chunk, K and V of its 2 layers for the tokens it
-            # keeps.
+            # per chunk, each group holds K and V of its 2 layers for its kept tokens
             kept_tokens = sum(
                 min(CHUNK, window) if window > 0 else CHUNK for window in HYBRID_WINDOWS
             )

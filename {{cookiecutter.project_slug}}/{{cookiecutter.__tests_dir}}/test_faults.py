@@ -25,9 +25,15 @@ import signal
 import time
 
 # Third Party
-from _engine import MQ_TIMEOUT, TIMED_OUT_MQ_TIMEOUT, Scheduler, Worker, start_worker
-from _servers import CHUNK, LMCacheServer, running_server
-from e2e_worker import token_ids
+from lmcache_device_kit.harness.engine import (
+    MQ_TIMEOUT,
+    TIMED_OUT_MQ_TIMEOUT,
+    Scheduler,
+    Worker,
+    start_worker,
+)
+from lmcache_device_kit.harness.servers import CHUNK, LMCacheServer, running_server
+from lmcache_device_kit.harness.worker_kv import token_ids
 import pytest
 
 DEADLINE_S = 30

@@ -29,7 +29,7 @@ from _support import (
     same_bytes,
     seeded_kv,
 )
-import _spawn
+from lmcache_device_kit.harness import spawn
 import pytest
 import torch
 
@@ -246,7 +246,7 @@ def test_every_test_here_also_passes_with_host_memory_mapped_the_other_way(  # t
     argv = [sys.executable, "-m", "pytest", __file__, "-p", "no:cacheprovider"]
     argv += ["-q", "-rs", "-n", "0", "-k", "not the_other_way"]
     env = child_env({MODE_ENV_VAR: other})
-    done = _spawn.run(argv, env=env, timeout=300, cwd=Path(__file__).parent.parent)
+    done = spawn.run(argv, env=env, timeout=300, cwd=Path(__file__).parent.parent)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     assert " passed" in lines[-1], lines[-1]

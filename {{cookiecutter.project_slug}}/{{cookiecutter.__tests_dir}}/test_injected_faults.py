@@ -21,11 +21,11 @@ import ctypes
 import mmap
 
 # Third Party
-from _engine import TIMED_OUT_MQ_TIMEOUT, Cluster, Worker
-from _servers import CHUNK, PLUGIN_SERVER_ENV, running_server
 from _support import held, run_python, seeded_kv
 from conftest import open_mappings
-from e2e_worker import token_ids
+from lmcache_device_kit.harness.engine import TIMED_OUT_MQ_TIMEOUT, Cluster, Worker
+from lmcache_device_kit.harness.servers import CHUNK, plugin_server_env, running_server
+from lmcache_device_kit.harness.worker_kv import token_ids
 import pytest
 import torch
 
@@ -183,7 +183,7 @@ def test_a_device_lost_mid_store_commits_nothing_and_the_worker_fails_by_its_dea
     unregisters and exits cleanly, and the server no longer maps its memory."""
     if not spec.is_lmcache_driven_available():
         pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
-    env = {**PLUGIN_SERVER_ENV, FAULTS_ENV_VAR: "device_lost"}
+    env = {**plugin_server_env(), FAULTS_ENV_VAR: "device_lost"}
     with running_server(
         tmp_path / "server.log", transfer_mode="lmcache_driven", env=env, wait_stop=True
     ) as server:
@@ -227,7 +227,7 @@ def test_a_server_whose_device_fails_names_why_and_the_worker_gives_up_at_its_de
     sends no error back, so the worker only times out)."""
     if not spec.is_lmcache_driven_available():
         pytest.skip(f"{type(spec).__name__} does not offer LMCache-driven transfer")
-    env = {**PLUGIN_SERVER_ENV, FAULTS_ENV_VAR: fault}
+    env = {**plugin_server_env(), FAULTS_ENV_VAR: fault}
     with running_server(
         tmp_path / "server.log", transfer_mode="lmcache_driven", env=env
     ) as server:

@@ -25,7 +25,7 @@ from _support import (
     same_bytes,
     seeded_kv,
 )
-from _worker_kv import padding_intact, strided
+from lmcache_device_kit.harness.worker_kv import padding_intact, strided
 import pytest
 import torch
 

@@ -30,7 +30,8 @@ from _support import (
     same_bytes,
     seeded_kv,
 )
-from _worker_kv import padding_intact, planes_of, strided
+from lmcache_device_kit.harness import lmcache_calls
+from lmcache_device_kit.harness.worker_kv import padding_intact, planes_of, strided
 import pytest
 import torch
 
@@ -83,11 +84,10 @@ def test_pointer_mode_transfers_equal_lmcaches_gather_natively_and_on_the_baseli
     # First Party
     from {{ cookiecutter.__package }}._lmcache_compat import (
         TransferDirection,
-        harness,
     )
 
     layout = STRIDED[case][0] if case in STRIDED else case
-    if layout == "kv_planes" and not harness.wraps_plane_sequences():
+    if layout == "kv_planes" and not lmcache_calls.wraps_plane_sequences():
         pytest.skip("this lmcache wraps only tensors: plane tuples arrive with 0.5.6")
     hints = {"kv_layout": "NHD"}
     source = pointer_mode_kv(layout, seed=13)

@@ -25,13 +25,14 @@ feature detection, never by comparing version numbers:
 * what worker-side ``auto`` means (``auto_transfer_mode``);
 * how IPC wrappers travel: pickled as they are up to 0.5.5, through a closed
   msgspec allowlist from 0.5.6 on
-  (``HAS_WIRE_ALLOWLIST``{{ "; ``wire.py`` registers this plugin's type there" if cookiecutter.ownership == "wheel" else "" }});
+  (``HAS_WIRE_ALLOWLIST``{{ "; ``wire.py`` registers this plugin's type there" if cookiecutter.ownership == "wheel" else "" }}){{ ";" if cookiecutter.lmcache_driven != "no" else "." }}
 {%- if cookiecutter.lmcache_driven != 'no' %}
-* the KV layouts LMCache's baseline understands (``kv_layout.py``);
+* the KV layouts LMCache's baseline understands (``kv_layout.py``).
 {%- endif %}
-* how the harness (the tests' workers and scheduler
-  {%- if cookiecutter.ownership == 'wheel' %}, ``doctor --server``{% endif %}) calls
-  LMCache's vLLM adapters (``harness.py``; what it takes: ``harness_surface.py``).
+
+How the tests' harness (workers, scheduler, servers
+{%- if cookiecutter.ownership == 'wheel' %}, ``doctor --server``{% endif %}) calls
+LMCache is the kit's (``lmcache_device_kit.harness``), declared there.
 {%- if cookiecutter.ownership == 'wheel' %}
 
 Importing it changes nothing: the release check (``check_lmcache_version``)
@@ -186,18 +187,10 @@ def _resolve(candidates: tuple[Location, ...]) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    """Resolve LMCache names on first use, after ``import lmcache`` has finished (the
-    harness's from ``harness_surface``, imported then: the plugin never needs it)."""
-    if name in NAMES:
-        locations = NAMES[name]
-    else:
-        # Local
-        from .harness_surface import HARNESS_NAMES
-
-        if name not in HARNESS_NAMES:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        locations = HARNESS_NAMES[name]
-    value = _resolve(locations)
+    """Resolve LMCache names on first use, after ``import lmcache`` has finished."""
+    if name not in NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = _resolve(NAMES[name])
     globals()[name] = value
     return value
 

@@ -11,8 +11,9 @@ Each entry names the releases it is known for: ``first`` and ``last`` bound them
 releases, to be removed once no supported release needs it.
 
 Must import nothing: it is read before LMCache is importable, and by tools that
-only inspect it. What the harness (the tests' worker, scheduler and servers)
-takes from LMCache is declared the same way, in ``harness_surface.py``.
+only inspect it. What the tests' harness (worker, scheduler and servers) takes
+from LMCache is declared the same way, in the kit
+(``lmcache_device_kit/harness/surface.py``).
 """
 
 # Future

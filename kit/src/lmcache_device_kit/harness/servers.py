@@ -1,19 +1,20 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Real ``lmcache server`` processes for the end-to-end tests, on free 127.0.0.1 ports.
+# SPDX-License-Identifier: Apache-2.0
+"""Real ``lmcache server`` processes for the end-to-end tests, on free 127.0.0.1 ports.
 
 Why it is shaped this way: a server costs seconds of CPU to start (about 2 s
-forked from the suite's zygote, ``_spawn.py``; 6 s from a new interpreter) and
-seconds to stop, so the suite shares them. ``SharedServers`` keeps one server per kind
-(``SERVER_KINDS``); conftest.py's ``server`` fixture hands it out, runs every test
+forked from the suite's zygote, ``spawn.py``; 6 s from a new interpreter) and
+seconds to stop, so the suite shares them. ``SharedServers`` keeps one server per
+kind (``SERVER_KINDS``); a suite's ``server`` fixture hands it out, runs every test
 of one kind on the same pytest-xdist worker, one after another, and stops the
 server as soon as the next test does not use it (it shuts down while the tests go
 on, not at the end of the run). Tests keep their state apart with their own model
-names and request ids. Tests that break a server (freeze, kill, restart or fill it,
-or speak the wrong transfer mode to it) start their own with ``running_server``
-and are marked ``own_server``.
+names and request ids. Tests that break a server (freeze, kill, restart or fill
+it, or speak the wrong transfer mode to it) start their own with
+``running_server`` and are marked ``own_server``.
 
 Nothing here fakes LMCache: servers run the installed ``lmcache`` (and, for the
-LMCache-driven kinds, this installed plugin).
+LMCache-driven kinds, the installed plugin: ``backend.current()``'s). Importing it
+imports neither lmcache nor torch and needs no backend yet.
 """
 
 # Future
@@ -33,26 +34,28 @@ import sys
 import time
 import urllib.request
 
-# Third Party
-from _ports import free_port
-from _support import child_env
-import _spawn
+# First Party
+from lmcache_device_kit import backend
+from lmcache_device_kit.harness import spawn, surface
+from lmcache_device_kit.harness.ports import free_port
 
-DEVICE = "{{ cookiecutter.device_name }}"
-{%- if cookiecutter.emulator == 'yes' %}
-EMULATOR_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}"
-{%- endif %}
 #: Tokens per LMCache chunk on every server the suite starts.
 CHUNK = 64
-#: What a server needs to run this plugin (its cache context, event backend and ops).
-PLUGIN_SERVER_ENV: dict[str, str | None] = {
-    "LMCACHE_DEVICE_BACKEND": "{{ cookiecutter.backend_name }}",
-{%- if cookiecutter.emulator == 'yes' %}
-    EMULATOR_ENV_VAR: os.environ.get(EMULATOR_ENV_VAR, "1"),
-{%- endif %}
-}
+
+
+def plugin_server_env() -> dict[str, str | None]:
+    """What a server needs to run the plugin under test (its cache context, event
+    backend and ops): its backend, and its CPU emulator when it has one (on unless
+    the suite's environment turned it off)."""
+    names = backend.current()
+    env: dict[str, str | None] = {"LMCACHE_DEVICE_BACKEND": names.backend_name}
+    if names.has_emulator:
+        env[names.emulator_env_var] = os.environ.get(names.emulator_env_var, "1")
+    return env
+
+
 #: The servers the suite shares, by kind: transfer mode, an SHM pool, and whether it
-#: runs this plugin (the LMCache-driven kinds, which only make sense when the spec
+#: runs the plugin (the LMCache-driven kinds, which only make sense when the spec
 #: offers LMCache-driven transfer).
 SERVER_KINDS: dict[str, dict[str, Any]] = {
     "engine-pickle": {"transfer_mode": "engine_driven"},
@@ -73,13 +76,8 @@ SHM_POOL_PREFIX = "lmcache_l1_pool_e2e_"
 
 def declared_server_flags() -> set[str]:
     """The ``lmcache server`` flags the harness declares (``doctor --api`` checks
-    each on the installed release); imports this plugin, so lmcache, when called."""
-    # First Party
-    from {{ cookiecutter.__package }}._lmcache_compat import (
-        harness_surface,
-    )
-
-    return set(harness_surface.SERVER_FLAGS)
+    each on the installed release)."""
+    return set(surface.SERVER_FLAGS)
 
 
 def shm_entries() -> set[str]:
@@ -119,7 +117,7 @@ class LMCacheServer:
         transfer_mode: str,
         shm_name: str | None = None,
         chunk_size: int = CHUNK,
-        env: Mapping[str, str | None] = (),
+        env: Mapping[str, str | None] | None = None,
         l1_size_gb: float = 0.25,
         port: int | None = None,
         lazy_l1: bool = True,
@@ -164,14 +162,16 @@ class LMCacheServer:
         # Every flag is declared, so doctor --api checks it against each release.
         flags = [arg for arg in self.argv if arg.startswith("--")]
         undeclared = sorted(set(flags) - declared_server_flags())
-        assert not undeclared, f"declare {undeclared} in harness_surface.SERVER_FLAGS"
-        self.env = child_env(env)
-        self.process: Any = None  # subprocess.Popen or _spawn.ForkedProcess
+        assert not undeclared, (
+            f"declare {undeclared} in {surface.__name__}.SERVER_FLAGS"
+        )
+        self.env = spawn.child_env(env)
+        self.process: Any = None  # subprocess.Popen or spawn.ForkedProcess
 
     def start(self, ready_timeout: float = 90) -> None:
         """Start the server and poll its health check until it answers."""
         with self.log_path.open("wb") as log:
-            self.process = _spawn.popen(
+            self.process = spawn.popen(
                 self.argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -240,8 +240,8 @@ class LMCacheServer:
         return storage["l1_manager"]  # lmcache 0.5.4, 0.5.5
 
 
-#: Whether the running test is marked ``own_server`` (conftest.py sets it before each
-#: test; None outside pytest).
+#: Whether the running test is marked ``own_server`` (a suite's conftest.py sets it
+#: before each test; None outside pytest).
 OWN_SERVER_MARKED: bool | None = None
 
 
@@ -254,7 +254,7 @@ def running_server(
     longest, and the suite hands them out first."""
     assert OWN_SERVER_MARKED is not False, (
         "this test starts a server of its own: mark it @pytest.mark.own_server "
-        "(conftest.py schedules such tests first, so they do not end the run late)"
+        "(the suite schedules such tests first, so they do not end the run late)"
     )
     server = LMCacheServer(log_path, **kwargs)
     server.start()
@@ -266,7 +266,7 @@ def running_server(
 
 class SharedServers:
     """One server per kind of ``SERVER_KINDS``, started on first use and stopped when
-    the tests that use it are done (conftest.py's ``server`` fixture)."""
+    the tests that use it are done (a suite's ``server`` fixture)."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
@@ -275,11 +275,12 @@ class SharedServers:
     def get(self, kind: str) -> LMCacheServer:
         if kind not in self.running:
             options = SERVER_KINDS[kind]
+            device = backend.current().device_type
             server = LMCacheServer(
                 self.log_dir / f"{kind}.log",
                 transfer_mode=options["transfer_mode"],
-                shm_name=f"e2e_{DEVICE}_{os.getpid()}" if options.get("shm") else None,
-                env=PLUGIN_SERVER_ENV if options.get("plugin") else {},
+                shm_name=f"e2e_{device}_{os.getpid()}" if options.get("shm") else None,
+                env=plugin_server_env() if options.get("plugin") else {},
                 extra_args=options.get("extra_args", ()),
             )
             server.start()

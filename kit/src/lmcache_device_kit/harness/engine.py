@@ -1,14 +1,15 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""A serving engine's processes, without vLLM: worker ranks and LMCache's scheduler
+# SPDX-License-Identifier: Apache-2.0
+"""A serving engine's processes, without vLLM: worker ranks and LMCache's scheduler
 adapter.
 
 Why it exists: the end-to-end tests drive a real ``lmcache server`` the way
-vLLM's ``LMCacheMPConnector`` does. Each worker rank is an ``e2e_worker.py``
-process using LMCache's ``LMCacheMPWorkerAdapter``; lookups go through
-``LMCacheMPSchedulerAdapter`` (``Scheduler``, in ``_scheduler.py``, re-exported
-here). A rank costs about a second of CPU to start
-(forked from the suite's zygote, ``_spawn.py``), so ``Cluster`` keeps a model's
-ranks and scheduler alive across a module's tests.
+vLLM's ``LMCacheMPConnector`` does. Each worker rank is a ``worker.py`` process
+using LMCache's ``LMCacheMPWorkerAdapter`` on the backend under test's device;
+lookups go through ``LMCacheMPSchedulerAdapter`` (``Scheduler``, in
+``scheduler.py``, re-exported here). A rank costs about a second of CPU to start
+(forked from the suite's zygote, ``spawn.py``), so ``Cluster`` keeps a model's
+ranks and scheduler alive across a module's tests. Imports lmcache only inside
+``Scheduler``; the ranks find the backend as every process of the run does.
 """
 
 # Future
@@ -26,13 +27,13 @@ import sys
 import threading
 import time
 
-# Third Party
-from _scheduler import Scheduler
-from _servers import CHUNK, LMCacheServer
-from _support import HERE, child_env
-import _spawn
+# First Party
+from lmcache_device_kit.harness import spawn
+from lmcache_device_kit.harness.scheduler import Scheduler
+from lmcache_device_kit.harness.servers import CHUNK, LMCacheServer
 
-WORKER = HERE / "e2e_worker.py"
+#: The worker rank's module, run as ``python -m WORKER``.
+WORKER = "lmcache_device_kit.harness.worker"
 #: Short LMCache timeouts for fault tests: every failure must surface within seconds.
 MQ_TIMEOUT = "5"
 #: Shorter still where the failure can only surface as a timeout.
@@ -40,7 +41,7 @@ TIMED_OUT_MQ_TIMEOUT = "2"
 
 
 class Worker:
-    """One ``e2e_worker.py`` rank in its own process (see its docstring for the
+    """One ``worker.py`` rank in its own process (see its docstring for the
     protocol)."""
 
     def __init__(
@@ -53,12 +54,13 @@ class Worker:
         tokens: int,
         log_path: Path,
         mode: str = "engine_driven",
-        env: Mapping[str, str | None] = (),
+        env: Mapping[str, str | None] | None = None,
         extra_args: Sequence[str] = (),
     ):
         argv = [
             sys.executable,
-            str(WORKER),
+            "-m",
+            WORKER,
             "--url",
             server_url,
             "--model",
@@ -74,15 +76,17 @@ class Worker:
             *extra_args,
         ]
         self.log_path = log_path
+        # ``-m`` puts the working directory first on sys.path: the log's, where no
+        # source tree can shadow the installed lmcache or plugin
         with log_path.open("w") as log:
-            self.process = _spawn.popen(
+            self.process = spawn.popen(
                 argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,
-                env=child_env(env),
-                cwd=HERE.parent.parent,
+                env=spawn.child_env(env),
+                cwd=log_path.parent,
             )
         self._results: queue.Queue[dict | None] = queue.Queue()
         threading.Thread(target=self._read_stdout, daemon=True).start()
@@ -264,7 +268,7 @@ class Cluster:
         layout: str = "flash",
         worker_args: Sequence[str] = (),
     ) -> None:
-        """``worker_args``: more ``e2e_worker.py`` options for every rank."""
+        """``worker_args``: more ``worker.py`` options for every rank."""
         self.server, self.model, self.world_size = server, model, world_size
         argv = ["--layout", layout, *worker_args]
         self.ranks = start_ranks(

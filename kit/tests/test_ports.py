@@ -1,39 +1,32 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The suite's port allocator (``_ports.py``): two test processes are never handed
-the same port.
+# SPDX-License-Identifier: Apache-2.0
+"""The harness's port allocator (``harness/ports.py``): two test processes are never
+handed the same port.
 
-Every ``lmcache server`` the suite starts binds ports handed out there, from
-parallel pytest-xdist workers; a port handed to two of them fails one server with
-"address already in use".
+Every ``lmcache server`` a suite starts binds ports handed out there, from parallel
+pytest-xdist workers; a port handed to two of them fails one server with "address
+already in use".
 """
 
 # Future
 from __future__ import annotations
 
 # Standard
-from pathlib import Path
 import subprocess
 import sys
-
-# Third Party
-import pytest
-
-pytestmark = pytest.mark.without_device
 
 #: Ports each process takes: enough that two processes picking free ports on their
 #: own (bind to port 0, close) would almost surely be handed some of the same.
 COUNT = 500
 HOLDER = """
 import sys
-sys.path.insert(0, {tests!r})
-from _ports import free_port
+from lmcache_device_kit.harness.ports import free_port
 print(" ".join(str(free_port()) for _ in range({count})), flush=True)
 sys.stdin.read()  # holds them until the test is done
 """
 
 
 def test_two_processes_taking_ports_at_once_are_never_handed_the_same_one() -> None:
-    code = HOLDER.format(tests=str(Path(__file__).resolve().parent), count=COUNT)
+    code = HOLDER.format(count=COUNT)
     holders = [
         subprocess.Popen(
             [sys.executable, "-c", code],

@@ -1,15 +1,15 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The zygote of tests/_spawn.py: a Python process that has imported ``PRELOAD``
-and forks the suite's programs.
+# SPDX-License-Identifier: Apache-2.0
+"""The zygote of ``spawn.py``: a Python process that has imported ``PRELOAD`` and
+forks the suite's programs.
 
-Run as ``python _zygote.py DIRECTORY`` by ``_spawn.py`` (never imported). It reads
-requests (argv, environment, working directory, and three file descriptors for
-the child's standard streams, passed with SCM_RIGHTS) on the Unix socket named
-after DIRECTORY, answers each with the child's PID and, once the child has
-exited, its exit status as ``subprocess`` reports it. It is single-threaded
-(forking is safe), exits when the suite closes its stdin and its children are
-gone (killing them after 60 s), and never imports lmcache, this plugin or a
-device extension.
+Run as ``python -m lmcache_device_kit.harness.zygote DIRECTORY`` by ``spawn.py``
+(never imported). It reads requests (argv, environment, working directory, and
+three file descriptors for the child's standard streams, passed with SCM_RIGHTS)
+on the Unix socket named after DIRECTORY, answers each with the child's PID and,
+once the child has exited, its exit status as ``subprocess`` reports it. It is
+single-threaded (forking is safe), exits when the suite closes its stdin and its
+children are gone (killing them after 60 s), and never imports lmcache, the
+plugin under test or a device extension.
 """
 
 # Future
@@ -28,8 +28,8 @@ import socket
 import sys
 import time
 
-# Third Party
-from _spawn import PRELOAD, socket_address
+# First Party
+from lmcache_device_kit.harness.spawn import PRELOAD, socket_address
 
 
 def _serve(address: str) -> dict[str, Any] | None:
@@ -257,4 +257,5 @@ if __name__ == "__main__":
     if _request is None:
         shutil.rmtree(sys.argv[1], ignore_errors=True)
     else:
-        _exit_as_python_does(lambda: _run(_request, _base_path))
+        _served: dict[str, Any] = _request
+        _exit_as_python_does(lambda: _run(_served, _base_path))

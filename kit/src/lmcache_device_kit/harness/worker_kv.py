@@ -1,13 +1,14 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""A worker rank's KV caches: layouts, seeded bytes, comparison, registration.
+# SPDX-License-Identifier: Apache-2.0
+"""A worker rank's KV caches: layouts, seeded bytes, comparison, registration.
 
-Why it exists: ``e2e_worker.py`` would pass 300 lines with them; these helpers
-(what a rank stores, in which layout, how a retrieve is checked, and the
-LMCache adapter its caches are registered with) live here, and ``e2e_worker``
-re-exports the ones the test modules import from it. At module level it
-imports torch only, never lmcache or this plugin (``make_adapter`` imports
-them when called): a worker imports LMCache once its arguments are parsed, and
-the test processes import this module at collection.
+Why it exists: ``worker.py`` would pass 300 lines with them; these helpers
+(what a rank stores, in which layout, how a retrieve is checked, and the LMCache
+adapter its caches are registered with) live here, and a suite's tests import
+them too (the prompt, the geometry, strided layers). At module level it imports
+torch only, never lmcache or the plugin under test (``make_adapter`` imports
+lmcache when called): a worker imports LMCache once its arguments are parsed, and
+the test processes import this module at collection. Generic over the device:
+the caller passes it.
 """
 
 # Future
@@ -20,6 +21,9 @@ import math
 
 # Third Party
 import torch
+
+# First Party
+from lmcache_device_kit.harness import lmcache_calls
 
 BLOCK_SIZE = 16
 NUM_HEADS = 2
@@ -195,11 +199,6 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
         ParallelStrategy,
     )
 
-    # after import lmcache
-    from {{ cookiecutter.__package }}._lmcache_compat import (
-        harness,
-    )
-
     strategy = ParallelStrategy(
         mla_only=args.layout == "mla",
         vllm_world_size=args.world_size,
@@ -236,5 +235,5 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
             )
             for group, window in enumerate(args.sw_windows)
         ]
-    harness.register_kv_caches(adapter, kv, infos)
+    lmcache_calls.register_kv_caches(adapter, kv, infos)
     return adapter

@@ -1,20 +1,20 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Start the suite's Python programs from a warm interpreter: the same programs, less
+# SPDX-License-Identifier: Apache-2.0
+"""Start the suite's Python programs from a warm interpreter: the same programs, less
 CPU each.
 
-Why it exists: the suite starts dozens of Python processes (``lmcache server``s,
-worker ranks, doctor runs, fresh registries), and most of each one's CPU went to
-importing torch and LMCache's third-party dependencies again (about 2 s for a
-worker, 4 s for a server, on two cores). A zygote process imports those once
-(``PRELOAD``) and forks a child per program; the child takes its own argv,
-environment, working directory, ``sys.path`` and standard streams and runs the
-program as ``python`` would (a script, ``-m module`` or ``-c code``), ending
+Why it exists: a backend's suite starts dozens of Python processes (``lmcache
+server``s, worker ranks, doctor runs, fresh registries), and most of each one's CPU
+went to importing torch and LMCache's third-party dependencies again (about 2 s for
+a worker, 4 s for a server, on two cores). A zygote process (``zygote.py``) imports
+those once (``PRELOAD``) and forks a child per program; the child takes its own
+argv, environment, working directory, ``sys.path`` and standard streams and runs
+the program as ``python`` would (a script, ``-m module`` or ``-c code``), ending
 through the interpreter's normal shutdown (atexit handlers run, exit status and
 signals as for any process).
 
 What a child does not get fresh: the modules in ``PRELOAD``, imported with the
-suite's environment. So the zygote never imports lmcache, this plugin or the
-device's torch extension (LMCache builds its plugin registry at ``import
+suite's environment. So the zygote never imports lmcache, the plugin under test or
+the device's torch extension (LMCache builds its plugin registry at ``import
 lmcache``, from the child's own environment; torch's device-backend autoloading
 runs in each child, with its environment, as ``import torch`` would), and a
 program whose environment differs in anything but ``SAFE_TO_VARY`` runs as a
@@ -23,8 +23,9 @@ interpreter imports) and every call when ``FRESH_ENV_VAR=1`` (a device runtime
 that cannot be forked).
 
 ``popen()`` and ``run()`` mirror ``subprocess.Popen`` and ``subprocess.run``; a
-forked program's handle is a ``ForkedProcess`` (``_forked.py``, re-exported
-here). This module must not import lmcache, this plugin or torch.
+forked program's handle is a ``ForkedProcess`` (``forked.py``, re-exported here);
+``child_env()`` is the environment the suite gives them. This module must not
+import lmcache, the plugin under test or torch.
 """
 
 # Future
@@ -43,8 +44,8 @@ import sys
 import tempfile
 import threading
 
-# Third Party
-from _forked import ForkedProcess
+# First Party
+from lmcache_device_kit.harness.forked import ForkedProcess
 
 #: Third-party modules the suite's programs import, loaded once by the zygote (absent
 #: ones are left out).
@@ -79,6 +80,20 @@ QUIET_ENV = {
 NO_AUTOLOAD = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 #: Set to 1 to start every program as a plain subprocess.
 FRESH_ENV_VAR = "LMCACHE_TESTS_FRESH_INTERPRETERS"
+#: The zygote's module, run as ``python -m ZYGOTE DIRECTORY``.
+ZYGOTE = "lmcache_device_kit.harness.zygote"
+
+
+def child_env(overrides: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """This process's environment with ``QUIET_ENV``, plus ``overrides``; a value of
+    None removes the variable."""
+    env = {**os.environ, **QUIET_ENV}
+    for key, value in dict(overrides or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
 
 
 def popen(
@@ -183,7 +198,7 @@ def _is_python_script(path: str) -> bool:
 
 
 class _Zygote:
-    """The client side: starts the zygote (``python _zygote.py``) and asks it for
+    """The client side: starts the zygote (``python -m`` ``ZYGOTE``) and asks it for
     children."""
 
     def __init__(self) -> None:
@@ -191,12 +206,11 @@ class _Zygote:
         self.dir = tempfile.mkdtemp(prefix="lmcache-tests-zygote-")
         self.address = socket_address(self.dir)
         self.env = {**os.environ, **QUIET_ENV}
-        zygote = str(Path(__file__).with_name("_zygote.py"))
         # self.env: what the children's environments are compared with
         env = {**self.env, **NO_AUTOLOAD}
         with open(os.path.join(self.dir, "log"), "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, zygote, self.dir],
+                [sys.executable, "-m", ZYGOTE, self.dir],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

@@ -1,17 +1,17 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""How the harness calls LMCache's vLLM adapters on every supported release.
+# SPDX-License-Identifier: Apache-2.0
+"""How the harness calls LMCache's vLLM adapters on every supported release.
 
 Why a module of its own: LMCache's vLLM multiprocess adapter moves between
 releases under the harness, not under the plugin: lmcache 0.5.7 takes token ids
 packed (``lmcache.v1.multiprocess.token_codec``) where 0.5.6 took lists; 0.5.5
-added layout hints and the recorded event. The harness: the suite's worker
-ranks and scheduler{% if cookiecutter.ownership == 'wheel' %}, and ``doctor --server``{% endif %}.
-Each difference is chosen here by feature detection, never by version number;
-``harness_surface.py`` declares what the harness takes from LMCache and the
-last release each shim serves.
+added layout hints and the recorded event. The harness: a suite's worker ranks
+and scheduler, and ``doctor --server``. Each difference is chosen here by feature
+detection, never by version number; ``surface.py`` declares what the harness
+takes from LMCache (``lazy`` resolves those names) and the last release each shim
+serves. Needs no backend: a device type is passed where one matters.
 
-Imports LMCache only inside its functions, after ``import lmcache``: LMCache
-never imports this module.
+Imports LMCache only inside its functions: LMCache never imports this module, and
+importing it imports nothing beyond the standard library and ``surface``.
 """
 
 # Future
@@ -21,10 +21,39 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 import functools
+import importlib
+import importlib.util
 import inspect
 
-# Local
-from . import lazy
+# First Party
+from lmcache_device_kit.harness.surface import HARNESS_NAMES
+
+#: Where a name that moved is declared, for the error that says so.
+SURFACE = "lmcache_device_kit/harness/surface.py"
+
+
+@functools.cache
+def lazy(name: str) -> Any:
+    """The LMCache value ``HARNESS_NAMES[name]`` declares: at the first of its
+    locations that exists in the installed release (``None``: the module)."""
+    candidates = HARNESS_NAMES[name]
+    for module_name, attribute, _, _ in candidates:
+        try:
+            found = importlib.util.find_spec(module_name) is not None
+        except ModuleNotFoundError:  # a parent is a plain module, not a package
+            found = False
+        if not found:
+            continue
+        module = importlib.import_module(module_name)
+        if attribute is None:
+            return module
+        if hasattr(module, attribute):
+            return getattr(module, attribute)
+    tried = ", ".join(f"{m}:{a}" if a else m for m, a, _, _ in candidates)
+    raise ImportError(
+        f"None of {tried} exists in the installed lmcache: add where it now lives "
+        f"to HARNESS_NAMES[{name!r}] in {SURFACE} (doctor --api names what moved)"
+    )
 
 
 @functools.cache

@@ -1,33 +1,41 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""What the harness takes from LMCache, declared once, as data, beside the plugin's.
+# SPDX-License-Identifier: Apache-2.0
+"""What the harness takes from LMCache, declared once, as data.
 
-The harness drives LMCache as vLLM and an operator do: the test suite's worker
-ranks, scheduler and ``lmcache server`` processes
-{%- if cookiecutter.ownership == 'wheel' %}, and ``doctor --server``{% endif %}.
+The harness drives LMCache as vLLM and an operator do: a backend's test suite's
+worker ranks, scheduler and ``lmcache server`` processes, and ``doctor --server``.
 LMCache never loads it, but when LMCache moves what it uses, every end-to-end
-test fails as if the plugin had broken. So it is declared as the plugin's own
-interface is (``surface.py``: the same formats and release bounds)
-{%- if cookiecutter.ownership == 'wheel' %},
-checked by ``doctor --api`` and named as the harness's in the canary's report
-{%- endif %}.
-Its shims for older releases are in ``harness.py``.
+test fails as if the plugin had broken. So it is declared as a plugin's own
+interface is (its ``_lmcache_compat/surface.py``: the same formats and release
+bounds), checked by ``doctor --api`` and named as the harness's in the canary's
+report. How the harness calls LMCache on each release is ``lmcache_calls.py``.
 
-Must import nothing but ``surface``'s types: it is read before LMCache is
-importable.
+Must import nothing: it is read before LMCache is importable, and by tools that
+only inspect it.
 """
 
 # Future
 from __future__ import annotations
 
-# Local
-from .surface import Location, Shape, always
+#: (module, attribute or None for the module itself, first release, last release)
+Location = tuple[str, str | None, str | None, str | None]
+#: How a callable is called: (positional arguments: their names as LMCache declares
+#: them, or only how many; keyword arguments; first release; last release).
+Shape = tuple[tuple[str, ...] | int, tuple[str, ...], str | None, str | None]
+
+
+def always(
+    positional: tuple[str, ...] | int, keywords: tuple[str, ...] = ()
+) -> tuple[Shape, ...]:
+    """A call shape every release takes."""
+    return ((positional, keywords, None, None),)
+
 
 ADAPTER = "lmcache.integration.vllm.vllm_multi_process_adapter"
 TRANSFER = "lmcache.v1.multiprocess.transfer_context"
 TYPES = "lmcache.v1.multiprocess.custom_types"
 GRPC = "lmcache.v1.multiprocess.transport.grpc_impl"
 
-#: Where each name lives, newest release first (``surface.NAMES``'s format).
+#: Where each name lives, newest release first; the first location that exists wins.
 HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
     # vLLM's side of the multiprocess protocol: worker ranks, the scheduler, requests.
     "vllm_multi_process_adapter": ((ADAPTER, None, None, None),),
@@ -89,8 +97,8 @@ HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
     ),
 }
 
-#: How the harness calls LMCache (``surface.CALLS``'s format): a class or method
-#: whose fields or parameters moved is a call that no longer binds.
+#: How the harness calls LMCache, newest release first: a class or method whose
+#: fields or parameters moved is a call that no longer binds.
 HARNESS_CALLS: dict[str, tuple[Shape, ...]] = {
     "LoadStoreOp": (
         ((), ("token_bytes", "block_ids", "start", "end"), "0.5.7", None),
@@ -128,7 +136,7 @@ HARNESS_CALLS: dict[str, tuple[Shape, ...]] = {
     "wrap_kv_caches": always(("kv_caches",)),
 }
 
-#: The ``lmcache server`` flags the suite passes (tests/_servers.py refuses any other),
+#: The ``lmcache server`` flags the suite passes (``servers.py`` refuses any other),
 #: with the releases each holds for: (first, last).
 SERVER_FLAGS: dict[str, tuple[str | None, str | None]] = {
     flag: (None, None)
@@ -160,7 +168,13 @@ CONFIG_KEYS: dict[str, tuple[str | None, str | None]] = {
 
 #: Harness code that serves older releases only: what, where, the last release.
 HARNESS_SHIMS: dict[str, tuple[str, str]] = {
-    "token ids as lists": ("harness.packed_tokens", "0.5.6"),
-    "register_kv_caches without layout hints": ("harness.register_kv_caches", "0.5.4"),
-    "the connector records the worker's event": ("harness.recorded_event", "0.5.4"),
+    "token ids as lists": ("lmcache_calls.packed_tokens", "0.5.6"),
+    "register_kv_caches without layout hints": (
+        "lmcache_calls.register_kv_caches",
+        "0.5.4",
+    ),
+    "the connector records the worker's event": (
+        "lmcache_calls.recorded_event",
+        "0.5.4",
+    ),
 }

@@ -1,8 +1,8 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The suite's process launcher (``_spawn.py``): a forked program sees what
+# SPDX-License-Identifier: Apache-2.0
+"""The harness's process launcher (``harness/spawn.py``): a forked program sees what
 ``python`` would give it.
 
-The other tests trust it with every server, worker rank and fresh registry, so
+A backend's tests trust it with every server, worker rank and fresh registry, so
 here a forked program and a new interpreter run the same probe and must agree.
 """
 
@@ -19,12 +19,11 @@ import sys
 import time
 
 # Third Party
-from _support import child_env
-import _spawn
 import pytest
 
-# the launcher needs no device: it runs wherever the suite runs
-pytestmark = pytest.mark.without_device
+# First Party
+from lmcache_device_kit.harness import spawn
+from lmcache_device_kit.harness.spawn import child_env
 
 PROBE = """
 import json, os, sys
@@ -38,12 +37,19 @@ sys.exit(3)
 """
 
 
-def test_a_forked_program_sees_what_a_new_interpreter_sees(tmp_path: Path) -> None:
-    """The same -c probe, forked and fresh: identical argv, cwd, sys.path (PYTHONPATH
-    included), variables, stdin, stderr and exit status; only the forked one finds torch
-    already imported (the zygote's)."""
+@pytest.mark.parametrize("launch", ["-c", "-m", "script"])
+def test_a_forked_program_sees_what_a_new_interpreter_sees(
+    tmp_path: Path, launch: str
+) -> None:
+    """The same probe, as code, a module (the harness runs its workers so) or a
+    script, forked and fresh: identical argv, cwd, sys.path (PYTHONPATH included),
+    variables, stdin, stderr and exit status; only the forked one finds torch already
+    imported (the zygote's)."""
     extra = tmp_path / "on-pythonpath"
     extra.mkdir()
+    probe = tmp_path / "spawn_probe.py"
+    probe.write_text(PROBE)
+    program = {"-c": ["-c", PROBE], "-m": ["-m", probe.stem], "script": [str(probe)]}
     env = child_env({"LMCACHE_SPAWN_PROBE": "seen", "PYTHONPATH": str(extra)})
     seen = {}
     for fresh in (False, True):
@@ -52,8 +58,8 @@ def test_a_forked_program_sees_what_a_new_interpreter_sees(tmp_path: Path) -> No
         ]
         streams[0].write("from stdin")
         streams[0].seek(0)
-        process = _spawn.popen(
-            [sys.executable, "-c", PROBE, "a", "b"],
+        process = spawn.popen(
+            [sys.executable, *program[launch], "a", "b"],
             env=env,
             cwd=tmp_path,
             stdin=streams[0],
@@ -71,8 +77,10 @@ def test_a_forked_program_sees_what_a_new_interpreter_sees(tmp_path: Path) -> No
     )
     assert seen[True].pop("torch_preloaded") is False
     assert seen[False] == seen[True]
+    argv0 = "-c" if launch == "-c" else str(probe)
     assert (
-        seen[True]["argv"] == ["-c", "a", "b"]
+        seen[True]["argv"] == [argv0, "a", "b"]
+        and seen[True]["main"] == "__main__"
         and seen[True]["mine"] == "seen"
         and not seen[True]["lmcache"]
     )
@@ -106,8 +114,8 @@ def test_a_forked_program_ends_as_a_new_interpreter_ends_it(ending: str) -> None
     """Forked and fresh: the same exit status (a signal's too), and the same output,
     each thread joined, each atexit function run and every stream flushed first."""
     argv = [sys.executable, "-c", EXIT_WORK + ENDINGS[ending]]
-    forked = _spawn.run(argv, env=child_env(), timeout=60)
-    fresh = _spawn.run(argv, env=child_env(), timeout=60, fresh=True)
+    forked = spawn.run(argv, env=child_env(), timeout=60)
+    fresh = spawn.run(argv, env=child_env(), timeout=60, fresh=True)
     ended = [(run.returncode, run.stdout, run.stderr) for run in (forked, fresh)]
     assert ended[0] == ended[1]
     assert forked.stdout.startswith("unflushedfrom a thread\nfrom atexit")
@@ -123,7 +131,7 @@ def test_a_forked_program_is_killed_and_waited_for_by_pid_as_a_popen_is(
         "for line in sys.stdin:\n"
         "    print(line.upper(), end='', flush=True)\n"
     )
-    process = _spawn.popen(
+    process = spawn.popen(
         [sys.executable, "-c", code],
         env=child_env({}),
         cwd=tmp_path,
@@ -131,7 +139,7 @@ def test_a_forked_program_is_killed_and_waited_for_by_pid_as_a_popen_is(
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert isinstance(process, _spawn.ForkedProcess)
+    assert isinstance(process, spawn.ForkedProcess)
     process.stdin.write("ping\n")
     assert process.stdout.readline() == "PING\n"
     with pytest.raises(subprocess.TimeoutExpired):
@@ -146,10 +154,10 @@ def test_signalling_a_program_that_has_just_exited_is_a_no_op_as_with_popen(  # 
 ) -> None:
     """The zygote reaps a program before it reports the exit status: a kill() in between
     must not raise."""
-    process = _spawn.popen(
+    process = spawn.popen(
         [sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path
     )
-    assert isinstance(process, _spawn.ForkedProcess)
+    assert isinstance(process, spawn.ForkedProcess)
     deadline = time.monotonic() + 30
     # until the zygote has reaped it (it is not our child)
     while time.monotonic() < deadline:
@@ -171,7 +179,7 @@ def test_a_program_whose_environment_preloaded_modules_read_starts_fresh(
     """A variable torch may read at import (OMP_NUM_THREADS) differs from the zygote's:
     a new interpreter."""
     started = time.monotonic()
-    process = _spawn.popen(
+    process = spawn.popen(
         [sys.executable, "-c", "pass"],
         env=child_env({"OMP_NUM_THREADS": "2"}),
         cwd=tmp_path,
@@ -186,10 +194,10 @@ def test_a_variable_set_after_the_zygote_started_sends_the_program_to_a_new_inte
     """The zygote imported its modules with the environment it started with: a variable
     the suite sets later (outside the ones LMCache reads) means a new interpreter, not a
     fork."""
-    warm = _spawn.popen([sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path)
-    assert isinstance(warm, _spawn.ForkedProcess) and warm.wait(timeout=60) == 0
+    warm = spawn.popen([sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path)
+    assert isinstance(warm, spawn.ForkedProcess) and warm.wait(timeout=60) == 0
     monkeypatch.setenv("TORCH_SPAWN_PROBE_SET_LATER", "1")
-    process = _spawn.popen(
+    process = spawn.popen(
         [sys.executable, "-c", "pass"], env=child_env({}), cwd=tmp_path
     )
     assert isinstance(process, subprocess.Popen)

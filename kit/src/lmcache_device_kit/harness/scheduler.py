@@ -1,32 +1,22 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""LMCache's scheduler-side adapter for the end-to-end tests' lookups, without vLLM.
+# SPDX-License-Identifier: Apache-2.0
+"""LMCache's scheduler-side adapter for the end-to-end tests' lookups, without vLLM.
 
-Why it exists: ``_engine.py`` (worker ranks, and the ``Cluster`` that pairs them
-with this scheduler) would pass 300 lines with it; ``_engine`` re-exports
+Why it exists: ``engine.py`` (worker ranks, and the ``Cluster`` that pairs them
+with this scheduler) would pass 300 lines with it; ``engine`` re-exports
 ``Scheduler``. It imports lmcache only inside ``Scheduler`` (the test processes
-import this module at collection) and must not import ``_engine`` or
-``e2e_worker``: ``_engine`` imports it.
+import this module at collection) and must not import ``engine`` or ``worker``:
+``engine`` imports it. Needs no backend: lookups carry token ids only.
 """
 
 # Future
 from __future__ import annotations
 
 # Standard
-from typing import Any
 import time
 
-# Third Party
-from _worker_kv import BLOCK_SIZE
-
-
-def _harness() -> Any:
-    """This plugin's harness shims (imported after ``import lmcache``)."""
-    # First Party
-    from {{ cookiecutter.__package }}._lmcache_compat import (
-        harness,
-    )
-
-    return harness
+# First Party
+from lmcache_device_kit.harness import lmcache_calls
+from lmcache_device_kit.harness.worker_kv import BLOCK_SIZE
 
 
 class Scheduler:
@@ -50,7 +40,7 @@ class Scheduler:
             ParallelStrategy,
         )
 
-        self.packed_tokens = _harness().packed_tokens
+        self.packed_tokens = lmcache_calls.packed_tokens
 
         strategy = ParallelStrategy(
             mla_only=mla,

@@ -1,10 +1,10 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The suite's handle on a program the zygote forked: what ``subprocess.Popen`` gives.
+# SPDX-License-Identifier: Apache-2.0
+"""The suite's handle on a program the zygote forked: what ``subprocess.Popen`` gives.
 
-Why it exists: ``_spawn.py`` would pass 300 lines with it; ``_spawn`` re-exports
+Why it exists: ``spawn.py`` would pass 300 lines with it; ``spawn`` re-exports
 ``ForkedProcess``, which its ``popen()`` returns for a forked program. Like
-``_spawn``, it must not import lmcache, this plugin or torch, and it must not
-import ``_spawn`` (which imports it).
+``spawn``, it must not import lmcache, the plugin under test or torch, and it must
+not import ``spawn`` (which imports it).
 """
 
 # Future

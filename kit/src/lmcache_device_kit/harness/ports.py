@@ -1,5 +1,5 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""TCP ports for the suite's servers that no other test process on this host is handed.
+# SPDX-License-Identifier: Apache-2.0
+"""TCP ports for the suite's servers that no other test process on this host is handed.
 
 Why it exists: a port found free by binding port 0 is free only until the socket
 closes; the server binds it a second later, and in between another pytest-xdist

@@ -1,12 +1,12 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""One serving-engine worker (one TP rank) driving a real ``lmcache server``.
+# SPDX-License-Identifier: Apache-2.0
+"""One serving-engine worker (one TP rank) driving a real ``lmcache server``.
 
-Run as a separate process by ``test_e2e_engine_driven.py``: LMCache builds its
-device registry once per process, so each worker selects the
-``{{ cookiecutter.backend_name }}`` backend from its own environment. It uses
+Run as ``python -m lmcache_device_kit.harness.worker`` by ``engine.Worker``:
+LMCache builds its device registry once per process, so each worker selects the
+backend under test from its own environment (``LMCACHE_DEVICE_BACKEND``). It uses
 the same classes vLLM's ``LMCacheMPConnector`` uses (``LMCacheMPWorkerAdapter``),
-with KV caches on ``{{ cookiecutter.device_name }}`` tensors, and prints one JSON
-line with what it observed.
+with KV caches on tensors of the backend's device (``backend.current()``'s device
+type, unless ``--device`` names another), and prints one JSON line per step.
 
 Protocol (one JSON line per step on stdout; logs go to stderr):
   start        register seeded random KV, store ``--tokens`` tokens
@@ -23,6 +23,9 @@ Protocol (one JSON line per step on stdout; logs go to stderr):
                a retrieve that returned another prompt's chunks shows)
                -> {"phase": "store", ...}
   stdin EOF    unregister both caches and exit.
+
+It imports lmcache once its arguments are parsed (``import lmcache`` selects the
+backend) and never the plugin under test: LMCache loads it.
 """
 
 # Future
@@ -40,7 +43,12 @@ import time
 import uuid
 
 # Third Party
-from _worker_kv import (
+import torch
+
+# First Party
+from lmcache_device_kit import backend
+from lmcache_device_kit.harness import lmcache_calls
+from lmcache_device_kit.harness.worker_kv import (
     BLOCK_SIZE,
     DTYPE,
     HEAD_SIZE,
@@ -57,7 +65,6 @@ from _worker_kv import (
     token_ids,
     write_layer,
 )
-import torch
 
 
 def report(**fields: Any) -> None:
@@ -72,7 +79,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, required=True)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--model", default="e2e-model")
-    parser.add_argument("--device", default="{{ cookiecutter.device_name }}")
+    parser.add_argument("--device", help="default: the backend under test's device")
     parser.add_argument("--mq-timeout", type=float, default=20.0)
     parser.add_argument(
         "--mode",
@@ -92,7 +99,7 @@ def main() -> int:
         "--memory",
         default="tight",
         choices=MEMORY,
-        help="how a layer's memory is laid out (_worker_kv.MEMORY); one tensor only",
+        help="how a layer's memory is laid out (worker_kv.MEMORY); one tensor only",
     )
     parser.add_argument(
         "--first-token", type=int, default=7, help="distinct prompts for repeated runs"
@@ -108,6 +115,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.layout == "kv_planes" and args.memory != "tight":
         parser.error("--layout kv_planes registers tight planes only")
+    args.device = args.device or backend.current().device_type
     args.head_size = args.head_size or (
         MLA_HEAD_SIZE if args.layout == "mla" else HEAD_SIZE
     )
@@ -150,11 +158,6 @@ def main() -> int:
         for name, t in expected.items()
     }
     source = make_adapter(args, source_kv_device)
-    # First Party
-    # after lmcache
-    from {{ cookiecutter.__package }}._lmcache_compat import (
-        harness,
-    )
 
     def store(first_token: int, tokens: int = args.tokens) -> None:
         # the registered tensors stay; their bytes change
@@ -162,7 +165,7 @@ def main() -> int:
             for name, values in kv_for(first_token).items():
                 write_layer(source_kv_device[name], values)
         prompt = token_ids(tokens, first_token)
-        op = harness.load_store_op(
+        op = lmcache_calls.load_store_op(
             prompt, [b[: -(-tokens // BLOCK_SIZE)] for b in source_blocks], 0, tokens
         )
         # A fresh request id per store: the server caches a request's chunk hashes by
@@ -173,7 +176,7 @@ def main() -> int:
         # a dead or silent server must end in a reported failure, not a crashed worker
         try:
             source.submit_store_request(
-                store_id, op, harness.recorded_event(source, device.type)
+                store_id, op, lmcache_calls.recorded_event(source, device.type)
             )
             ok = bool(source.store_futures[store_id].result(timeout=args.mq_timeout))
         except Exception as exc:  # noqa: BLE001 - reported to the test
@@ -185,7 +188,7 @@ def main() -> int:
             error=error,
             kv_device_type=device.type,
             transfer_context=type(source.transfer_ctx).__name__,
-            sub_path=harness.engine_sub_path(source.transfer_ctx),
+            sub_path=lmcache_calls.engine_sub_path(source.transfer_ctx),
             elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
         )
 
@@ -216,12 +219,12 @@ def main() -> int:
             for plane in planes_of(layer):
                 plane.zero_()
         prompt = token_ids(args.tokens, first_token)
-        op = harness.load_store_op(prompt, target_blocks, 0, args.tokens)
+        op = lmcache_calls.load_store_op(prompt, target_blocks, 0, args.tokens)
         started = time.perf_counter()
         error = ""
         try:
             destination.submit_retrieve_request(
-                request_id, op, harness.recorded_event(destination, device.type)
+                request_id, op, lmcache_calls.recorded_event(destination, device.type)
             )
             future, _ = destination.retrieve_futures[request_id]
             ok = bool(future.result(timeout=args.mq_timeout))
