@@ -1,9 +1,10 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The doctor's live check: a small KV cache stored, found and retrieved via a server.
+# SPDX-License-Identifier: Apache-2.0
+"""The doctor's live check: a small KV cache stored, found and retrieved via a server.
 
 Why a module of its own: it drives LMCache's vLLM adapters the way a worker and
 a scheduler do, with a hard deadline so that a silent server cannot hang the
-doctor (``doctor.py --server``). Imported only after ``import lmcache``.
+doctor (``--server``). Imported only after ``import lmcache``; imports LMCache,
+torch, zmq and the plugin's ``_lmcache_compat.harness`` inside the functions.
 """
 
 # Future
@@ -11,18 +12,16 @@ from __future__ import annotations
 
 # Standard
 from typing import Any
+import importlib
 import io
 import threading
 import time
 import uuid
 
 # Local
-from ._doctor_checks import PACKAGE
-from ._doctor_paths import path_problem, slow_path_problem
-from ._doctor_report import Report
-from .names import DEVICE_TYPE, TORCH_MODULE_NAME
-
-# ---------------------------------------------------------- live check --
+from ..backend import current
+from .paths import path_problem, slow_path_problem
+from .report import Report
 
 BLOCK_SIZE, LAYERS, HEADS, HEAD_SIZE = 16, 2, 2, 32
 
@@ -48,14 +47,10 @@ def live_round_trip(
         ParallelStrategy,
     )
 
-    # Local
-    from ._lmcache_compat.harness import (
-        engine_sub_path,
-        load_store_op,
-        packed_tokens,
-        recorded_event,
-        register_kv_caches,
-    )
+    backend = current()
+    harness = importlib.import_module(f"{backend.package}._lmcache_compat.harness")
+    engine_sub_path, load_store_op = harness.engine_sub_path, harness.load_store_op
+    packed_tokens, recorded_event = harness.packed_tokens, harness.recorded_event
 
     if tokens % BLOCK_SIZE:
         return (
@@ -64,7 +59,8 @@ def live_round_trip(
             "pass --tokens 256",
         )
     used = tokens // BLOCK_SIZE
-    device = torch.device(DEVICE_TYPE, 0)
+    device_type = backend.device_type
+    device = torch.device(device_type, 0)
     generator = torch.Generator().manual_seed(1234)
     shape = (2, 2 * used + 2, BLOCK_SIZE, HEADS, HEAD_SIZE)
     expected = {
@@ -80,7 +76,7 @@ def live_round_trip(
         pp_size=1,
         n_servers=1,
     )
-    model = f"{PACKAGE}-doctor-{uuid.uuid4().hex[:8]}"
+    model = f"{backend.package}-doctor-{uuid.uuid4().hex[:8]}"
     context: Any = zmq.Context.instance()
     source_blocks, target_blocks = (
         list(range(used)),
@@ -98,7 +94,7 @@ def live_round_trip(
         strategy,
         extra_config={**config, "lmcache.mp.mp_transfer_mode": mode},
     )
-    register_kv_caches(worker, kv)
+    harness.register_kv_caches(worker, kv)
     scheduler = LMCacheMPSchedulerAdapter(
         [url], context, model, BLOCK_SIZE, strategy, extra_config=config
     )
@@ -107,7 +103,7 @@ def live_round_trip(
 
     store_id = f"doctor-store-{uuid.uuid4().hex}"
     op = load_store_op(prompt, [source_blocks], 0, tokens)
-    worker.submit_store_request(store_id, op, recorded_event(worker, DEVICE_TYPE))
+    worker.submit_store_request(store_id, op, recorded_event(worker, device_type))
     if not worker.store_futures[store_id].result(timeout=timeout):
         return False, "the server refused the store", "read the server's log"
     lookup_id, hit, deadline = "", 0, time.monotonic() + timeout
@@ -133,11 +129,11 @@ def live_round_trip(
             "or --tokens is not a multiple of its --chunk-size",
         )
     op = load_store_op(prompt, [target_blocks], 0, tokens)
-    worker.submit_retrieve_request(lookup_id, op, recorded_event(worker, DEVICE_TYPE))
+    worker.submit_retrieve_request(lookup_id, op, recorded_event(worker, device_type))
     future, _ = worker.retrieve_futures[lookup_id]
     retrieved = future.result(timeout=timeout)
     scheduler.end_session(lookup_id)
-    getattr(torch, TORCH_MODULE_NAME).synchronize()
+    getattr(torch, backend.torch_module_name).synchronize()
     mismatched = 0
     for name, values in expected.items():
         got = kv[name][:, target_blocks].cpu().view(torch.uint8)
