@@ -32,10 +32,12 @@ def live_round_trip(
     tokens: int,
     timeout: float,
     log: io.StringIO,
+    opened: list[Any],
     path_asked: str = "",
 ) -> tuple[bool, str, str]:
     """Store, look up and retrieve ``tokens`` tokens through ``url``; (ok, detail,
-    fix)."""
+    fix). Every adapter it creates is appended to ``opened`` at once, for the caller
+    to shut down however this ends (``check_server``)."""
     # Third Party
     import torch
     import zmq
@@ -94,10 +96,12 @@ def live_round_trip(
         strategy,
         extra_config={**config, "lmcache.mp.mp_transfer_mode": mode},
     )
+    opened.append(worker)
     harness.register_kv_caches(worker, kv)
     scheduler = LMCacheMPSchedulerAdapter(
         [url], context, model, BLOCK_SIZE, strategy, extra_config=config
     )
+    opened.append(scheduler)
     prompt = list(range(11, 11 + tokens))
     packed = packed_tokens(prompt)
 
@@ -152,8 +156,6 @@ def live_round_trip(
             f"{path}: retrieve gave {mismatched} wrong bytes of {nbytes}",
             "run the conformance tests",
         )
-    worker.shutdown()
-    scheduler.shutdown()
     wrong, fix = path_problem(path, path_asked or path)
     if wrong:
         return False, wrong, fix
@@ -182,14 +184,21 @@ def check_server(
     path_asked: str = "",
 ) -> bool:
     """Run the round trip with a hard deadline: a silent server must not hang the
-    doctor."""
+    doctor. The outcome is kept before the adapters are shut down (a worker's
+    shutdown waits up to ``timeout`` for a silent server), and they are shut down
+    whichever way the round trip ended."""
     outcome: list[tuple[bool, str, str]] = []
+    opened: list[Any] = []
 
     def run() -> None:
         try:
-            outcome.append(live_round_trip(url, mode, tokens, timeout, log, path_asked))
+            outcome.append(
+                live_round_trip(url, mode, tokens, timeout, log, opened, path_asked)
+            )
         except Exception as exc:  # noqa: BLE001
             outcome.append((False, f"{type(exc).__name__}: {exc}", ""))
+        finally:
+            shut_down(opened, log)
 
     thread = threading.Thread(target=run, name="doctor-live-check", daemon=True)
     thread.start()
@@ -204,3 +213,13 @@ def check_server(
         f"--mode {'lmcache_driven' if mode == 'engine_driven' else 'engine_driven'}"
     )
     return report.add(f"server {url}", False, f"{mode} worker: {detail}", fix)
+
+
+def shut_down(adapters: list[Any], log: io.StringIO) -> None:
+    """Shut the adapters down in the order they were opened (their heartbeats,
+    sockets and registered caches); one that raises does not keep the rest open."""
+    for adapter in adapters:
+        try:
+            adapter.shutdown()
+        except Exception as exc:  # noqa: BLE001 - logged: the report has the outcome
+            log.write(f"doctor: {type(adapter).__name__}.shutdown() raised {exc!r}\n")
