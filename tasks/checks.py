@@ -104,6 +104,7 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
     untested = [v for v in ctx["_lmcache_tested"] if not requirement.specifier.contains(v)]
     if untested:
         problems.append(f"{requirement} excludes tested releases {untested}")
+    problems += requirement_problems(declared, project)
     for required in (f"{package}/py.typed", f"{info}/licenses/LICENSE"):
         if required not in names:
             problems.append(f"wheel lacks {required}")
@@ -124,6 +125,23 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
     for what, (present, wanted) in shipped.items():
         if present != wanted:
             problems.append(f"{what}: {'missing' if wanted else 'shipped but not chosen'}")
+    return problems
+
+
+def requirement_problems(declared: list[Requirement], project: Path) -> list[str]:
+    """A production wheel requires lmcache alone; every extra of the render's pyproject (the kit comes with
+    ``test`` and ``doctor``) is in its METADATA under that extra."""
+    problems = [
+        f"the production wheel requires {requirement} (lmcache alone: the rest comes with extras)"
+        for requirement in declared
+        if requirement.marker is None and requirement.name != "lmcache"
+    ]
+    extras = tomllib.loads((project / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
+    for extra, texts in extras.items():
+        for wanted in map(Requirement, texts):
+            if not any((r.name, r.specifier) == (wanted.name, wanted.specifier) and r.marker is not None
+                       and r.marker.evaluate({"extra": extra}) for r in declared):  # fmt: skip
+                problems.append(f"METADATA lacks {str(wanted)!r} under the {extra!r} extra")
     return problems
 
 

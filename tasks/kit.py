@@ -40,8 +40,9 @@ def kit_structure_problems(root: Path = KIT) -> list[str]:
 
 
 def kit_wheel_problems(wheel: Path, root: Path = KIT) -> list[str]:
-    """What is wrong with the kit's wheel: its name and version, its modules and data files, py.typed, no tests."""
-    names, _, _, metadata = read_wheel(wheel)
+    """What is wrong with the kit's wheel: its name and version, its modules and data files, its console
+    scripts, py.typed, no tests."""
+    names, _, entry_points, metadata = read_wheel(wheel)
     problems = []
     for line in (f"Name: {KIT_DISTRIBUTION}", f"Version: {kit_version(root)}"):
         if line not in metadata:
@@ -52,6 +53,10 @@ def kit_wheel_problems(wheel: Path, root: Path = KIT) -> list[str]:
     missing = sorted(sources - set(names))
     if missing:
         problems.append(f"the kit's wheel lacks {', '.join(missing[:4])}")
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"].get("scripts", {})
+    for name, target in scripts.items():
+        if f"{name} = {target}" not in entry_points:
+            problems.append(f"the kit's entry_points.txt lacks the console script {name} = {target}")
     if f"{KIT_PACKAGE}/py.typed" not in names:
         problems.append(f"the kit's wheel lacks {KIT_PACKAGE}/py.typed")
     if any(name.startswith("tests/") for name in names):

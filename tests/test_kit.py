@@ -9,13 +9,14 @@ import os
 import subprocess
 import sys
 import tomllib
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from hooks.kit_version import kit_version as kit_version_in_renders
-from tasks.kit import KIT, kit_structure_problems, kit_version
+from tasks.kit import KIT, kit_structure_problems, kit_version, kit_wheel_problems
 
 
 def kit_requirement(project: Path, kit_env: str | None = None) -> list[str]:
@@ -87,3 +88,14 @@ def test_the_rendered_noxfile_runs_the_kits_tool_told_its_backend_and_project_as
     done = subprocess.run([sys.executable, "-c", parse, *command[3:]], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["lmcache_foo", str(project.resolve())]
+
+
+def test_a_kit_wheel_without_the_doctor_command_is_refused_naming_it(tmp_path: Path) -> None:
+    """A plugin's doctor command runs the kit's; the kit's own is its console script."""
+    wheel = tmp_path / f"lmcache_device_kit-{kit_version()}-py3-none-any.whl"
+    info = f"lmcache_device_kit-{kit_version()}.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{info}/METADATA", f"Name: lmcache-device-kit\nVersion: {kit_version()}\n")
+        archive.writestr(f"{info}/entry_points.txt", "[console_scripts]\n")
+    script = "lmcache-device-doctor = lmcache_device_kit.doctor.cli:main"
+    assert f"the kit's entry_points.txt lacks the console script {script}" in kit_wheel_problems(wheel)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import TEMPLATE
 from cookiecutter.main import cookiecutter
+from packaging.requirements import Requirement
 
 from tasks.checks import (
     EMULATOR_FILES,
@@ -27,6 +28,7 @@ from tasks.checks import (
     structure_problems,
     wheel_problems,
 )
+from tasks.kit import kit_version
 from tasks.variants import OPTIONS, combination, combination_id, matrix
 
 EXPECTED_FILES = {
@@ -44,13 +46,6 @@ EXPECTED_FILES = {
     "src/lmcache_foo/device.py",
     "src/lmcache_foo/device_ops.py",
     "src/lmcache_foo/_ops_support.py",
-    "src/lmcache_foo/_doctor_api.py",
-    "src/lmcache_foo/_doctor_calls.py",
-    "src/lmcache_foo/_doctor_checks.py",
-    "src/lmcache_foo/_doctor_discovery.py",
-    "src/lmcache_foo/_doctor_live.py",
-    "src/lmcache_foo/_doctor_paths.py",
-    "src/lmcache_foo/_doctor_report.py",
     "src/lmcache_foo/doctor.py",
     "src/lmcache_foo/names.py",
     "src/lmcache_foo/py.typed",
@@ -478,9 +473,33 @@ def test_rendered_noxfile_offers_the_template_sessions_per_tested_release(render
     assert "soak" in noxfile_sessions(project)  # not a default session, so --list --json leaves it out
 
 
-def test_doctor_is_a_console_script_of_the_rendered_package(render: Callable[..., Path]) -> None:
-    """pyproject declares lmcache-foo-doctor -> lmcache_foo.doctor:main."""
-    assert pyproject(render())["project"]["scripts"] == {"lmcache-foo-doctor": "lmcache_foo.doctor:main"}
+def test_doctor_is_a_console_script_of_the_rendered_package_whose_checks_come_with_an_extra(
+    render: Callable[..., Path],
+) -> None:
+    """pyproject declares lmcache-foo-doctor -> lmcache_foo.doctor:main; the kit that holds its checks is the
+    ``doctor`` extra, at the kit's version, never a requirement of the wheel; the command names that extra."""
+    project = render()
+    declared = pyproject(project)["project"]
+    assert declared["scripts"] == {"lmcache-foo-doctor": "lmcache_foo.doctor:main"}
+    assert declared["optional-dependencies"]["doctor"] == [f"lmcache-device-kit=={kit_version()}"]
+    assert [Requirement(text).name for text in declared["dependencies"]] == ["lmcache"]
+    assert 'pip install "lmcache-foo-device[doctor]"' in (project / "src/lmcache_foo/doctor.py").read_text()
+
+
+def test_the_wheel_check_refuses_a_production_wheel_that_requires_the_kit_or_lacks_an_extra(
+    render: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The wheel requires lmcache alone (the kit, only with extras), and carries every extra pyproject declares."""
+    project = render()
+    wheel = tmp_path / "lmcache_foo_device-0.1.0-py3-none-any.whl"
+    kit = f"lmcache-device-kit=={kit_version()}"
+    metadata = f"Metadata-Version: 2.4\nName: x\nRequires-Dist: lmcache>=0.5.4,<=0.5.6\nRequires-Dist: {kit}\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("lmcache_foo_device-0.1.0.dist-info/METADATA", metadata)
+        archive.writestr("lmcache_foo_device-0.1.0.dist-info/entry_points.txt", "")
+    problems = wheel_problems(wheel, project)
+    assert f"the production wheel requires {kit} (lmcache alone: the rest comes with extras)" in problems
+    assert f"METADATA lacks {kit!r} under the 'doctor' extra" in problems
 
 
 @pytest.mark.parametrize("native_ops", ["no", "yes"])

@@ -12,7 +12,7 @@ in ``LMCACHE_DEVICE_KIT_PACKAGE``. ``use(package)`` (a project's ``tests/conftes
 calls it) sets the variable, so servers and workers the harness starts inherit it.
 
 Must not import lmcache, torch or any module of the plugin but ``names`` (torch only
-when ``device_present`` is called).
+when ``torch_module`` or ``device_present`` is called).
 """
 
 # Future
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 import functools
 import importlib
 import importlib.util
@@ -124,17 +125,24 @@ class Backend:
     def has_emulator(self) -> bool:
         return bool(self.emulator_env_var)
 
+    def torch_module(self) -> Any:
+        """``torch.<name>``, importing the extension module first if torch did not
+        autoload it (None if torch still has no such module); imports torch, raises
+        ImportError when the extension is missing."""
+        # Third Party
+        import torch
+
+        module = getattr(torch, self.torch_module_name, None)
+        if module is None and self.torch_extension_module:
+            importlib.import_module(self.torch_extension_module)
+            module = getattr(torch, self.torch_module_name, None)
+        return module
+
     def device_present(self) -> bool:
         """Whether ``torch.<name>`` works here (its extension imported if torch did not
         autoload it), checked without importing LMCache; imports torch."""
         try:
-            # Third Party
-            import torch
-
-            module = getattr(torch, self.torch_module_name, None)
-            if module is None and self.torch_extension_module:
-                importlib.import_module(self.torch_extension_module)
-                module = getattr(torch, self.torch_module_name, None)
+            module = self.torch_module()
             return bool(module is not None and module.is_available())
         except Exception:  # any failure means "no device here"
             return False

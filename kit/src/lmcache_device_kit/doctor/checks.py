@@ -1,13 +1,14 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The doctor's checks, run by ``doctor.py``: a report line each, a fix for a ✗.
+# SPDX-License-Identifier: Apache-2.0
+"""The doctor's checks of LMCache, torch and the ops: a report line each, a fix for a ✗.
 
-Why a module of its own: the doctor must ``import lmcache`` before anything else
-of this package (LMCache skips a plugin that was imported before it), so these
-checks import LMCache and this package's LMCache parts inside the functions,
-in the order ``doctor._run_checks`` calls them. Nothing here imports at module
-level beyond the standard library, ``names`` (which imports nothing) and
-``_doctor_report``; LMCache's private names come through ``_lmcache_compat``.
-The discovery checks (entry point, registry) are in ``_doctor_discovery``.
+Why a module of its own: the doctor must ``import lmcache`` before any module of
+the plugin (LMCache skips a plugin that was imported before it), so these checks
+import LMCache and the plugin's parts inside the functions, in the order
+``cli.run_checks`` calls them. Nothing here imports at module level beyond the
+standard library, the kit's ``backend`` (the plugin's names, read from its
+``names.py``) and ``report``; LMCache's private names come through the plugin's
+``_lmcache_compat``. The discovery checks (entry point, registry) are in
+``discovery``.
 """
 
 # Future
@@ -20,38 +21,27 @@ import importlib
 import os
 
 # Local
-from ._doctor_report import Report
-from .names import (
-    BACKEND_NAME,
-    DEVICE_TYPE,
-{%- if cookiecutter.emulator == 'yes' %}
-    EMULATOR_ENV_VAR,
-{%- endif %}
-    TORCH_EXTENSION_MODULE,
-    TORCH_MODULE_NAME,
-)
+from ..backend import current
+from .report import Report
 
-PACKAGE = "{{ cookiecutter.import_package }}"
 BACKEND_ENV_VAR = "LMCACHE_DEVICE_BACKEND"
 
 
-# ---------------------------------------------------------------- checks --
-
-
 def check_import_lmcache(report: Report) -> bool:
+    backend = current()
     try:
         importlib.import_module("lmcache")
     except Exception as exc:  # noqa: BLE001 - reported, with the fix
         chosen = os.environ.get(BACKEND_ENV_VAR)
         if "Multiple LMCache backends are available" in str(exc):
             fix = (
-                f"another plugin claims device type {DEVICE_TYPE!r} too: "
-                f"export {BACKEND_ENV_VAR}={BACKEND_NAME}"
+                f"another plugin claims device type {backend.device_type!r} too: "
+                f"export {BACKEND_ENV_VAR}={backend.backend_name}"
             )
         elif chosen:
             fix = (
                 f"{BACKEND_ENV_VAR}={chosen!r} is set: unset it, "
-                f"or set it to {BACKEND_NAME!r} once this passes"
+                f"or set it to {backend.backend_name!r} once this passes"
             )
         else:
             fix = "read LMCache's log (--verbose) for the cause"
@@ -60,9 +50,9 @@ def check_import_lmcache(report: Report) -> bool:
 
 
 def check_lmcache_version(report: Report) -> Any:
-    """The compat module, if it accepts the installed release (as loading the plugin
-    checks); else None."""
-    compat = importlib.import_module(f"{PACKAGE}._lmcache_compat")
+    """The plugin's compat module, if it accepts the installed release (as loading the
+    plugin checks); else None."""
+    compat = importlib.import_module(f"{current().package}._lmcache_compat")
     try:
         compat.check_lmcache_version()
     except RuntimeError as exc:
@@ -87,23 +77,20 @@ def check_torch_device(report: Report) -> bool:
     # Third Party
     import torch
 
-    # Local
-    # after import lmcache
-    from {{ cookiecutter.__spec_relative }} import torch_device_module
-
-    autoloaded = getattr(torch, TORCH_MODULE_NAME, None)
+    backend = current()
+    name, extension = backend.torch_module_name, backend.torch_extension_module
+    autoloaded = getattr(torch, name, None)
     try:
-        torch_device_module()
+        backend.torch_module()
     except Exception as exc:  # noqa: BLE001
+        emulator = backend.emulator_env_var
         return report.add(
             "torch extension",
             False,
-            f"import {TORCH_EXTENSION_MODULE} failed: {type(exc).__name__}: {exc}",
-            f"install the PyTorch extension that provides torch.{TORCH_MODULE_NAME} "
-            f"(module {TORCH_EXTENSION_MODULE!r})"
-{%- if cookiecutter.emulator == 'yes' %}
-            f"; without the device, tests use {EMULATOR_ENV_VAR}=1"
-{%- endif %},
+            f"import {extension} failed: {type(exc).__name__}: {exc}",
+            f"install the PyTorch extension that provides torch.{name} "
+            f"(module {extension!r})"
+            + (f"; without the device, tests use {emulator}=1" if emulator else ""),
         )
     if getattr(autoloaded, "is_emulator", False):
         report.add(
@@ -115,24 +102,22 @@ def check_torch_device(report: Report) -> bool:
         report.add(
             "torch extension",
             True,
-            f"torch.{TORCH_MODULE_NAME} registered by import torch (its autoloading)",
+            f"torch.{name} registered by import torch (its autoloading)",
         )
-    elif TORCH_EXTENSION_MODULE:
-        report.add("torch extension", True, f"{TORCH_EXTENSION_MODULE} imported")
+    elif extension:
+        report.add("torch extension", True, f"{extension} imported")
     else:
         report.add(
-            "torch extension",
-            True,
-            f"none needed: torch has torch.{TORCH_MODULE_NAME} built in",
+            "torch extension", True, f"none needed: torch has torch.{name} built in"
         )
-    module = getattr(torch, TORCH_MODULE_NAME, None)
+    module = getattr(torch, name, None)
     if module is None:
         return report.add(
-            f"torch.{TORCH_MODULE_NAME}",
+            f"torch.{name}",
             False,
-            f"torch has no module {TORCH_MODULE_NAME!r}",
+            f"torch has no module {name!r}",
             "the extension must register it "
-            f"(torch._register_device_module({TORCH_MODULE_NAME!r}, module))",
+            f"(torch._register_device_module({name!r}, module))",
         )
     try:
         available, count = bool(module.is_available()), int(module.device_count())
@@ -142,7 +127,7 @@ def check_torch_device(report: Report) -> bool:
     else:
         detail = f"is_available() is {available}, {count} device(s)"
     return report.add(
-        f"torch.{TORCH_MODULE_NAME}",
+        f"torch.{name}",
         available and count > 0,
         detail,
         "check the driver, and that the device is visible to this process "
@@ -154,31 +139,31 @@ def check_selection(report: Report, spec: Any, compat: Any) -> bool:
     # First Party
     import lmcache
 
+    backend = current()
+    ours, device = backend.backend_name, backend.device_type
     explicit = (os.environ.get(BACKEND_ENV_VAR) or "").strip().lower()
     rivals = sorted(
         name
         for name, other in compat.device_registry.items()
-        if other.device_type == DEVICE_TYPE
-        and name != BACKEND_NAME
-        and _available(other)
+        if other.device_type == device and name != ours and _available(other)
     )
-    if rivals and explicit != BACKEND_NAME:
+    if rivals and explicit != ours:
         report.add(
             "device type",
             False,
             f"backends {', '.join(rivals)} are also available "
-            f"for device type {DEVICE_TYPE!r}",
-            f"export {BACKEND_ENV_VAR}={BACKEND_NAME}",
+            f"for device type {device!r}",
+            f"export {BACKEND_ENV_VAR}={ours}",
         )
     else:
         without = f" without {BACKEND_ENV_VAR}" if rivals else ""
         report.add(
             "device type",
             True,
-            f"no other available backend claims {DEVICE_TYPE!r}{without}",
+            f"no other available backend claims {device!r}{without}",
         )
     selected = getattr(lmcache, "torch_device_type", None)
-    backend = compat.detect_device()[2]  # (torch module, device type, backend name)
+    chosen = compat.detect_device()[2]  # (torch module, device type, backend name)
     if explicit:
         why = f"{BACKEND_ENV_VAR}={explicit}"
     elif os.environ.get("DEVICE_TYPE"):
@@ -188,23 +173,24 @@ def check_selection(report: Report, spec: Any, compat: Any) -> bool:
         why = f"auto-detection (first available in registry order: {order})"
     return report.add(
         "selection",
-        selected == DEVICE_TYPE and backend == BACKEND_NAME,
-        f"LMCache uses backend {backend!r}, device type {selected!r}, by {why}",
-        f"export {BACKEND_ENV_VAR}={BACKEND_NAME} "
-        f"(or make torch.{TORCH_MODULE_NAME} available, see above)",
+        selected == device and chosen == ours,
+        f"LMCache uses backend {chosen!r}, device type {selected!r}, by {why}",
+        f"export {BACKEND_ENV_VAR}={ours} "
+        f"(or make torch.{backend.torch_module_name} available, see above)",
     )
 
 
-def check_ops(report: Report, compat: Any) -> bool:
-    # Local
-    from .device_ops import {{ cookiecutter.class_prefix }}DeviceOps
-
-    ops = compat.resolve_device_ops(DEVICE_TYPE)
-    if not isinstance(ops, {{ cookiecutter.class_prefix }}DeviceOps):
+def check_ops(report: Report, spec: Any, compat: Any) -> bool:
+    """LMCache resolves the spec's ops class, with its native ops bound; a plugin
+    with native ops (its ops module's ``NATIVE_ENV_VAR``) that runs the torch
+    baseline although not asked to is a slow path."""
+    device = current().device_type
+    ops = compat.resolve_device_ops(device)
+    if not isinstance(ops, spec.ops_cls):
         return report.add(
             "ops",
             False,
-            f"LMCache resolved {type(ops).__name__} for {DEVICE_TYPE!r}",
+            f"LMCache resolved {type(ops).__name__} for {device!r}",
             "see the selection check",
         )
     native = sorted(
@@ -216,8 +202,10 @@ def check_ops(report: Report, compat: Any) -> bool:
         return report.add(
             "ops", True, f"{type(ops).__name__}, native: {', '.join(native)}"
         )
-{%- if cookiecutter.native_ops == 'yes' %}
-    if os.environ.get("{{ cookiecutter.__native_env_var }}") != "0":
+    native_env_var = getattr(
+        importlib.import_module(type(ops).__module__), "NATIVE_ENV_VAR", ""
+    )
+    if native_env_var and os.environ.get(native_env_var) != "0":
         return report.add(
             "ops",
             False,
@@ -226,7 +214,6 @@ def check_ops(report: Report, compat: Any) -> bool:
             "rebuild the wheel with a C++ compiler and the torch you deploy: "
             "python -m build --wheel --no-isolation",
         )
-{%- endif %}
     return report.add(
         "ops",
         True,

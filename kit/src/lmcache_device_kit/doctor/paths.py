@@ -1,13 +1,14 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The doctor's slow-path checks: transfers that work, but on a slower path.
+# SPDX-License-Identifier: Apache-2.0
+"""The doctor's slow-path checks: transfers that work, but on a slower path.
 
 Why a module of its own: each of these passes every functional check and costs
 a deployment many times its transfer time: host buffers that are not pinned
-although the device pins, native ops built but not bound (``check_ops``), a
-transfer that took another sub-path than the one asked for (pickle instead of
+although the device pins, native ops built but not bound (``checks.check_ops``),
+a transfer that took another sub-path than the one asked for (pickle instead of
 SHM, engine-driven instead of LMCache-driven), an op that fell back to the
-baseline. Imported by ``doctor.py`` and ``_doctor_live.py`` after ``import
-lmcache``; imports this package's LMCache parts inside the functions.
+baseline. Imported by ``cli`` and ``live``; imports the kit's ``backend`` and
+``report`` at module level, LMCache and the plugin's modules (``_lmcache_compat``,
+``_ops_support``, ``pin_memory``) inside the functions, after ``import lmcache``.
 """
 
 # Future
@@ -15,21 +16,24 @@ from __future__ import annotations
 
 # Standard
 from typing import Any
-{%- if cookiecutter.lmcache_driven != 'no' %}
+import importlib
+import importlib.util
 
 # Local
-from ._doctor_report import Report
-{%- endif %}
+from ..backend import current
+from .report import Report
+
+
+def plugin_module(name: str) -> Any:
+    """The plugin's module ``name`` (``_ops_support``, ``pin_memory``, ...)."""
+    return importlib.import_module(f"{current().package}.{name}")
 
 
 def expected_path(mode: str, spec: Any, expect_shm: bool) -> str:
     """The transfer path a worker in ``mode`` must take: ``lmcache-driven``,
     ``engine-driven SHM`` or ``engine-driven`` (SHM or pickle)."""
-    # Local
-    from ._lmcache_compat import auto_transfer_mode
-
     if mode == "auto":
-        mode = auto_transfer_mode(spec)
+        mode = plugin_module("_lmcache_compat").auto_transfer_mode(spec)
     if mode == "lmcache_driven":
         return "lmcache-driven"
     return "engine-driven SHM" if expect_shm else "engine-driven"
@@ -59,17 +63,19 @@ def slow_path_problem(path: str) -> str:
     from lmcache 0.5.7: the chunks are not pinned), so it counts only on the other
     paths.
     """
-    # Local
-    from ._ops_support import slow_paths
-
     kinds = [
         kind
-        for kind, count in slow_paths.items()
+        for kind, count in plugin_module("_ops_support").slow_paths.items()
         if count
         and not (path.endswith(("pickle", "inline")) and kind == "pageable host memory")
     ]
     return ", ".join(kinds)
-{%- if cookiecutter.lmcache_driven != 'no' %}
+
+
+def pins_host_memory() -> bool:
+    """Whether the plugin has LMCache-driven transfer's pin module (``pin_memory``):
+    only then does it pin host memory for LMCache."""
+    return importlib.util.find_spec(f"{current().package}.pin_memory") is not None
 
 
 def check_pinning(report: Report, spec: Any) -> bool:
@@ -78,9 +84,7 @@ def check_pinning(report: Report, spec: Any) -> bool:
     # Third Party
     import torch
 
-    # Local
-    from .pin_memory import host_range_is_pinned
-
+    host_range_is_pinned = plugin_module("pin_memory").host_range_is_pinned
     backend = spec.pin_memory_backend()
     if not backend.is_pin_supported:
         return report.add(
@@ -116,4 +120,3 @@ def check_pinning(report: Report, spec: Any) -> bool:
     return report.add(
         "pinned memory", True, "pinning works, and pinned memory is told from pageable"
     )
-{%- endif %}

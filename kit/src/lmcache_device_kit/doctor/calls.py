@@ -1,5 +1,5 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""``doctor --api``'s checks of how LMCache is called: calls, server flags, settings.
+# SPDX-License-Identifier: Apache-2.0
+"""``doctor --api``'s checks of how LMCache is called: calls, server flags, settings.
 
 A call is declared as the shapes it takes (``surface.Shape``), newest release
 first; the first that binds wins. When none binds, the report names what moved:
@@ -9,9 +9,9 @@ and the function of the installed LMCache that makes a new one from a gone one
 Server flags are checked against the installed ``lmcache server``'s own argument
 parser, adapter settings against ``ExtraConfigDefault``.
 
-Why a module of its own: ``_doctor_api`` would pass 300 lines with it. It
-imports only the standard library and ``_doctor_report``; LMCache's names come
-in through the ``lazy`` resolver the caller passes.
+Why a module of its own: ``api`` would pass 300 lines with it. It imports only
+the standard library and ``report``; LMCache's names come in through the
+``lazy`` resolver the caller passes (the plugin's ``_lmcache_compat.lazy``).
 """
 
 # Future
@@ -28,7 +28,7 @@ import inspect
 import re
 
 # Local
-from ._doctor_report import Report
+from .report import Report
 
 Kind = inspect.Parameter
 POSITIONAL = (Kind.POSITIONAL_ONLY, Kind.POSITIONAL_OR_KEYWORD)

@@ -1,12 +1,11 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The doctor's live check: a small KV cache stored, found and retrieved via a server.
+# SPDX-License-Identifier: Apache-2.0
+"""The doctor's live check: a small KV cache stored, found and retrieved via a server.
 
 Why a module of its own: it drives LMCache's vLLM adapters the way a worker and
 a scheduler do, with a hard deadline so that a silent server cannot hang the
-doctor (``doctor.py --server``), calling them as the tests' harness does (the
-kit's ``lmcache_device_kit.harness.lmcache_calls``, imported when the check runs:
-the production wheel does not depend on the kit). Imported only after ``import
-lmcache``.
+doctor (``--server``), calling them as the tests' harness does
+(``lmcache_device_kit.harness.lmcache_calls``). Imported only after ``import
+lmcache``; imports LMCache, torch and zmq inside the functions.
 """
 
 # Future
@@ -14,18 +13,16 @@ from __future__ import annotations
 
 # Standard
 from typing import Any
+import importlib
 import io
 import threading
 import time
 import uuid
 
 # Local
-from ._doctor_checks import PACKAGE
-from ._doctor_paths import path_problem, slow_path_problem
-from ._doctor_report import Report
-from .names import DEVICE_TYPE, TORCH_MODULE_NAME
-
-# ---------------------------------------------------------- live check --
+from ..backend import current
+from .paths import path_problem, slow_path_problem
+from .report import Report
 
 BLOCK_SIZE, LAYERS, HEADS, HEAD_SIZE = 16, 2, 2, 32
 
@@ -36,10 +33,12 @@ def live_round_trip(
     tokens: int,
     timeout: float,
     log: io.StringIO,
+    opened: list[Any],
     path_asked: str = "",
 ) -> tuple[bool, str, str]:
     """Store, look up and retrieve ``tokens`` tokens through ``url``; (ok, detail,
-    fix)."""
+    fix). Every adapter it creates is appended to ``opened`` at once, for the caller
+    to shut down however this ends (``check_server``)."""
     # Third Party
     import torch
     import zmq
@@ -51,21 +50,15 @@ def live_round_trip(
         ParallelStrategy,
     )
 
-    try:
-        # Third Party
-        from lmcache_device_kit.harness.lmcache_calls import (
-            engine_sub_path,
-            load_store_op,
-            packed_tokens,
-            recorded_event,
-            register_kv_caches,
-        )
-    except ImportError as exc:
-        return (
-            False,
-            f"the live check calls LMCache as the tests' harness does: {exc}",
-            "pip install lmcache-device-kit (this project's test extra: '.[test]')",
-        )
+    backend = current()
+    # Local
+    from ..harness.lmcache_calls import (
+        engine_sub_path,
+        load_store_op,
+        packed_tokens,
+        recorded_event,
+        register_kv_caches,
+    )
 
     if tokens % BLOCK_SIZE:
         return (
@@ -74,7 +67,8 @@ def live_round_trip(
             "pass --tokens 256",
         )
     used = tokens // BLOCK_SIZE
-    device = torch.device(DEVICE_TYPE, 0)
+    device_type = backend.device_type
+    device = torch.device(device_type, 0)
     generator = torch.Generator().manual_seed(1234)
     shape = (2, 2 * used + 2, BLOCK_SIZE, HEADS, HEAD_SIZE)
     expected = {
@@ -90,7 +84,7 @@ def live_round_trip(
         pp_size=1,
         n_servers=1,
     )
-    model = f"{PACKAGE}-doctor-{uuid.uuid4().hex[:8]}"
+    model = f"{backend.package}-doctor-{uuid.uuid4().hex[:8]}"
     context: Any = zmq.Context.instance()
     source_blocks, target_blocks = (
         list(range(used)),
@@ -108,16 +102,18 @@ def live_round_trip(
         strategy,
         extra_config={**config, "lmcache.mp.mp_transfer_mode": mode},
     )
+    opened.append(worker)
     register_kv_caches(worker, kv)
     scheduler = LMCacheMPSchedulerAdapter(
         [url], context, model, BLOCK_SIZE, strategy, extra_config=config
     )
+    opened.append(scheduler)
     prompt = list(range(11, 11 + tokens))
     packed = packed_tokens(prompt)
 
     store_id = f"doctor-store-{uuid.uuid4().hex}"
     op = load_store_op(prompt, [source_blocks], 0, tokens)
-    worker.submit_store_request(store_id, op, recorded_event(worker, DEVICE_TYPE))
+    worker.submit_store_request(store_id, op, recorded_event(worker, device_type))
     if not worker.store_futures[store_id].result(timeout=timeout):
         return False, "the server refused the store", "read the server's log"
     lookup_id, hit, deadline = "", 0, time.monotonic() + timeout
@@ -143,11 +139,11 @@ def live_round_trip(
             "or --tokens is not a multiple of its --chunk-size",
         )
     op = load_store_op(prompt, [target_blocks], 0, tokens)
-    worker.submit_retrieve_request(lookup_id, op, recorded_event(worker, DEVICE_TYPE))
+    worker.submit_retrieve_request(lookup_id, op, recorded_event(worker, device_type))
     future, _ = worker.retrieve_futures[lookup_id]
     retrieved = future.result(timeout=timeout)
     scheduler.end_session(lookup_id)
-    getattr(torch, TORCH_MODULE_NAME).synchronize()
+    getattr(torch, backend.torch_module_name).synchronize()
     mismatched = 0
     for name, values in expected.items():
         got = kv[name][:, target_blocks].cpu().view(torch.uint8)
@@ -166,8 +162,6 @@ def live_round_trip(
             f"{path}: retrieve gave {mismatched} wrong bytes of {nbytes}",
             "run the conformance tests",
         )
-    worker.shutdown()
-    scheduler.shutdown()
     wrong, fix = path_problem(path, path_asked or path)
     if wrong:
         return False, wrong, fix
@@ -196,14 +190,21 @@ def check_server(
     path_asked: str = "",
 ) -> bool:
     """Run the round trip with a hard deadline: a silent server must not hang the
-    doctor."""
+    doctor. The outcome is kept before the adapters are shut down (a worker's
+    shutdown waits up to ``timeout`` for a silent server), and they are shut down
+    whichever way the round trip ended."""
     outcome: list[tuple[bool, str, str]] = []
+    opened: list[Any] = []
 
     def run() -> None:
         try:
-            outcome.append(live_round_trip(url, mode, tokens, timeout, log, path_asked))
+            outcome.append(
+                live_round_trip(url, mode, tokens, timeout, log, opened, path_asked)
+            )
         except Exception as exc:  # noqa: BLE001
             outcome.append((False, f"{type(exc).__name__}: {exc}", ""))
+        finally:
+            shut_down(opened, log)
 
     thread = threading.Thread(target=run, name="doctor-live-check", daemon=True)
     thread.start()
@@ -218,3 +219,13 @@ def check_server(
         f"--mode {'lmcache_driven' if mode == 'engine_driven' else 'engine_driven'}"
     )
     return report.add(f"server {url}", False, f"{mode} worker: {detail}", fix)
+
+
+def shut_down(adapters: list[Any], log: io.StringIO) -> None:
+    """Shut the adapters down in the order they were opened (their heartbeats,
+    sockets and registered caches); one that raises does not keep the rest open."""
+    for adapter in adapters:
+        try:
+            adapter.shutdown()
+        except Exception as exc:  # noqa: BLE001 - logged: the report has the outcome
+            log.write(f"doctor: {type(adapter).__name__}.shutdown() raised {exc!r}\n")

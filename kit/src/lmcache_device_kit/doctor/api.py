@@ -1,5 +1,5 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""``doctor --api``: what this plugin takes from LMCache, against the installed one.
+# SPDX-License-Identifier: Apache-2.0
+"""``doctor --api``: what a plugin takes from LMCache, against the installed one.
 
 Every LMCache name, base-class member and call the plugin depends on is declared
 once, in ``_lmcache_compat/surface.py``, and what the harness takes (the tests'
@@ -14,10 +14,9 @@ entry (``harness ...`` for the harness's), the fix for a ✗.
 
 Why a module of its own: it must run on an LMCache this plugin does not support
 (that is its point), so it loads the plugin with the release check relaxed, in
-its own process only. It imports LMCache and the plugin's classes inside the
-functions, after ``import lmcache`` (the kit's harness tables too: the production
-wheel does not depend on the kit), and nothing at module level beyond the standard
-library, ``names``, ``_doctor_report`` and ``_doctor_calls``.
+its own process only. It imports LMCache and the plugin's tables and classes
+inside the functions, after ``import lmcache``, and nothing at module level
+beyond the standard library, the kit's ``backend``, ``report`` and ``calls``.
 """
 
 # Future
@@ -31,13 +30,12 @@ import inspect
 import os
 
 # Local
-from ._doctor_calls import applies, check_call, check_flags, defined_in, release
-from ._doctor_report import Report
-from .names import ALLOW_UNTESTED_ENV_VAR
+from ..backend import current
+from .calls import applies, check_call, check_flags, defined_in, release
+from .report import Report
 
-PACKAGE = "{{ cookiecutter.import_package }}"
 SURFACE = "_lmcache_compat/surface.py"
-#: The harness's table and its resolver, in lmcache-device-kit.
+#: The harness's table and its resolver, in this kit (imported after ``import lmcache``).
 HARNESS_SURFACE = "lmcache_device_kit/harness/surface.py"
 HARNESS_MODULE = "lmcache_device_kit.harness"
 
@@ -53,26 +51,22 @@ def lookup(module: str, attribute: str | None) -> Any:
 def check_api(report: Report) -> None:
     """The whole declared surface, the plugin's and the harness's, against the
     installed LMCache."""
+    backend = current()
     # LMCache loads this plugin inside ``import lmcache``: relax its release check first
-    os.environ[ALLOW_UNTESTED_ENV_VAR] = "1"
+    if backend.allow_untested_env_var:
+        os.environ[backend.allow_untested_env_var] = "1"
     version = metadata.version("lmcache")
     installed = release(version)
+    package = backend.package
     try:
         importlib.import_module("lmcache")
-        compat = importlib.import_module(f"{PACKAGE}._lmcache_compat")
-        surface = importlib.import_module(f"{PACKAGE}._lmcache_compat.surface")
+        compat = importlib.import_module(f"{package}._lmcache_compat")
+        surface = importlib.import_module(f"{package}._lmcache_compat.surface")
     except Exception as exc:  # noqa: BLE001 - reported, with the fix
         report.add("lmcache", False, f"lmcache {version}: {exc}", "see the error")
         return
-    try:
-        harness = importlib.import_module(f"{HARNESS_MODULE}.surface")
-        harness_lazy = importlib.import_module(f"{HARNESS_MODULE}.lmcache_calls").lazy
-    except ImportError as exc:
-        fix = "pip install lmcache-device-kit (this project's test extra: '.[test]')"
-        report.add(
-            "lmcache", False, f"no harness table ({HARNESS_SURFACE}): {exc}", fix
-        )
-        return
+    harness = importlib.import_module(f"{HARNESS_MODULE}.surface")
+    harness_lazy = importlib.import_module(f"{HARNESS_MODULE}.lmcache_calls").lazy
     report.add(
         "lmcache",
         True,
@@ -139,11 +133,12 @@ def check_class(
     report: Report, where: tuple[str, str, str], members: Any, lazy: Any, installed: Any
 ) -> None:
     module, cls_name, base_name = where
+    package = current().package
     try:
         base = lazy(base_name)
-        cls = getattr(importlib.import_module(module, PACKAGE), cls_name)
+        cls = getattr(importlib.import_module(module, package), cls_name)
     except Exception as exc:  # noqa: BLE001 - reported, with the fix
-        fix = f"see the {base_name} name check, and import {PACKAGE}{module}"
+        fix = f"see the {base_name} name check, and import {package}{module}"
         report.add(f"class {cls_name}", False, f"{type(exc).__name__}: {exc}", fix)
         return
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
@@ -152,7 +147,7 @@ def check_class(
         not missing,
         f"extends {base_name}"
         + (f"; abstract, not implemented: {', '.join(missing)}" if missing else ""),
-        f"implement {', '.join(missing)} in {PACKAGE}{module}",
+        f"implement {', '.join(missing)} in {package}{module}",
     )
     for member, first, last in members:
         check_member(report, (base, base_name), (cls, member), (first, last), installed)

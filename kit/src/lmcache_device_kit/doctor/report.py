@@ -1,11 +1,11 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The doctor's report: one line per check, ✓ or ✗, and the fix for a ✗.
+# SPDX-License-Identifier: Apache-2.0
+"""The doctor's report: one line per check, ✓ or ✗, and the fix for a ✗.
 
-Why a module of its own: the checks (``_doctor_checks``, ``_doctor_discovery``),
-the live round trip (``_doctor_live``) and the command line (``doctor``) all add
+Why a module of its own: the checks (``checks``, ``discovery``, ``paths``,
+``api``), the live round trip (``live``) and the command line (``cli``) all add
 to and print the same report, so it sits below all of them. It imports only the
-standard library: never LMCache, and no module of this package (the doctor's
-modules import it, never the other way round).
+standard library: never LMCache, the plugin, or another module of the doctor
+(they import it, never the other way round).
 """
 
 # Future
