@@ -24,10 +24,11 @@ import pytest
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.doctor.live import check_server, shut_down
 from lmcache_device_kit.doctor.report import Report
+from lmcache_device_kit.harness import lmcache_calls
 
 ADAPTERS = "lmcache.integration.vllm.vllm_multi_process_adapter"
-#: The plugin's harness calls the round trip makes, reduced to what the fakes need:
-#: an operation is the list of block ids it moves.
+#: The harness calls the round trip makes (``harness.lmcache_calls``), reduced to what
+#: the fakes need: an operation is the list of block ids it moves.
 HARNESS = """
 def register_kv_caches(worker, kv):
     worker.kv = kv
@@ -136,11 +137,14 @@ def test_a_live_check_shuts_its_worker_and_scheduler_down_however_it_ends(
         {
             "_ops_support.py": "slow_paths = {}\n",
             "_lmcache_compat/__init__.py": "",
-            "_lmcache_compat/harness.py": HARNESS,
         },
     )
     monkeypatch.setenv(kit_backend.PACKAGE_ENV_VAR, package)
     kit_backend.current.cache_clear()
+    fakes: dict[str, Any] = {}
+    exec(HARNESS, fakes)
+    for name in [name for name in fakes if not name.startswith("__")]:
+        monkeypatch.setattr(lmcache_calls, name, fakes[name])
     server = Server(ending)
     monkeypatch.setitem(sys.modules, ADAPTERS, fake_adapters(server))
     context = SimpleNamespace(instance=lambda: None)

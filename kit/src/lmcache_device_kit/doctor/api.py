@@ -35,7 +35,7 @@ from .calls import applies, check_call, check_flags, defined_in, release
 from .report import Report
 
 SURFACE = "_lmcache_compat/surface.py"
-#: The harness's table and its resolver, in this kit (imported after ``import lmcache``).
+#: The harness table and its resolver, in this kit (imported after ``import lmcache``).
 HARNESS_SURFACE = "lmcache_device_kit/harness/surface.py"
 HARNESS_MODULE = "lmcache_device_kit.harness"
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 # Standard
 from typing import Any
-import importlib
 import io
 import threading
 import time
