@@ -120,6 +120,10 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
     }
     emulator = {name.rsplit("/", 1)[-1] for name in EMULATOR_FILES} - {"__init__.py"}
     shipped_emulator = [n for n in names if n.rsplit("/", 1)[-1] in emulator or "emulator" in n.split("/")[0]]
+    sources = [n for n in names if n.endswith((".cpp", ".h"))]  # the rendered noxfile's check_wheel refuses them
+    if sources:
+        problems.append(f"the wheel ships C++ sources (compiled into its extension; a vendor's `nox -s build` "
+                        f"refuses them): {', '.join(sources)}")  # fmt: skip
     if shipped_emulator:
         problems.append(f"the production wheel ships emulator files: {', '.join(shipped_emulator[:4])}")
     for what, (present, wanted) in shipped.items():
