@@ -6,7 +6,9 @@ when it cannot."""
 from __future__ import annotations
 
 # Standard
+from collections.abc import Callable
 from pathlib import Path
+import os
 import subprocess
 import sys
 
@@ -26,30 +28,23 @@ EMULATOR_ENV_VAR = "LMCACHE_BAR_EMULATOR"
 """
 
 
+#: A package ``__init__`` the kit must never run: it reads names.py alone.
+MUST_NOT_RUN = "raise ImportError('imported the package')\n"
+
+
 @pytest.fixture
-def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def plugin(fake_plugin: Callable[..., str], monkeypatch: pytest.MonkeyPatch) -> str:
     """A plugin ``kit_test_bar``: a names module, and an __init__ that must not run."""
-    package = tmp_path / "kit_test_bar"
-    package.mkdir()
-    (package / "__init__.py").write_text("raise ImportError('imported the plugin')\n")
-    (package / "names.py").write_text(NAMES)
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv(kit_backend.PACKAGE_ENV_VAR, raising=False)
     kit_backend.current.cache_clear()
-    yield "kit_test_bar"
-    kit_backend.current.cache_clear()
-    for name in [m for m in sys.modules if m.startswith("kit_test_bar")]:
-        del sys.modules[name]
+    return fake_plugin("kit_test_bar", {"__init__.py": MUST_NOT_RUN, "names.py": NAMES})
 
 
 def test_a_backend_is_read_from_its_names_module_with_absent_optional_names_empty(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake_plugin: Callable[..., str],
 ) -> None:
-    package = tmp_path / "kit_test_plain"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "names.py").write_text(NAMES.replace("EMULATOR_ENV_VAR", "_UNUSED"))
-    monkeypatch.syspath_prepend(str(tmp_path))
+    names = NAMES.replace("EMULATOR_ENV_VAR", "_UNUSED")
+    fake_plugin("kit_test_plain", {"names.py": names})
     backend = kit_backend.Backend.of("kit_test_plain")
     assert (backend.device_type, backend.backend_name, backend.emulator_env_var) == (
         "bar",
@@ -60,13 +55,9 @@ def test_a_backend_is_read_from_its_names_module_with_absent_optional_names_empt
 
 
 def test_a_names_module_without_a_required_name_is_refused_naming_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake_plugin: Callable[..., str],
 ) -> None:
-    package = tmp_path / "kit_test_partial"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "names.py").write_text('DEVICE_TYPE = "bar"\n')
-    monkeypatch.syspath_prepend(str(tmp_path))
+    fake_plugin("kit_test_partial", {"names.py": 'DEVICE_TYPE = "bar"\n'})
     with pytest.raises(kit_backend.BackendNotConfigured, match="BACKEND_NAME"):
         kit_backend.Backend.of("kit_test_partial")
 
@@ -105,24 +96,25 @@ def test_a_backend_in_use_is_the_backend_of_the_processes_the_run_starts(
         ],
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
         check=True,
     )
     assert "backend_name='bar_backend'" in child.stdout
 
 
 def test_a_backend_inside_another_package_is_read_without_importing_its_parents(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake_plugin: Callable[..., str],
 ) -> None:
     """As an in-tree backend in LMCache's tree, whose parent package imports lmcache."""
-    inner = tmp_path / "kit_test_tree" / "devices" / "bar"
-    inner.mkdir(parents=True)
-    tree = tmp_path / "kit_test_tree"
-    (tree / "__init__.py").write_text("raise ImportError('imported the parent')\n")
-    (tmp_path / "kit_test_tree" / "devices" / "__init__.py").write_text("")
-    (inner / "__init__.py").write_text("")
-    (inner / "names.py").write_text(NAMES)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    fake_plugin(
+        "kit_test_tree",
+        {
+            "__init__.py": MUST_NOT_RUN,
+            "devices/__init__.py": "",
+            "devices/bar/__init__.py": "",
+            "devices/bar/names.py": NAMES,
+        },
+    )
     backend = kit_backend.Backend.of("kit_test_tree.devices.bar")
     assert (backend.package, backend.backend_name) == (
         "kit_test_tree.devices.bar",

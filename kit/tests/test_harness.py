@@ -10,9 +10,8 @@ makes one): the harness reads nothing else of a plugin.
 from __future__ import annotations
 
 # Standard
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-import sys
 
 # Third Party
 import pytest
@@ -34,23 +33,16 @@ UseBackend = Callable[[str, str], None]
 
 @pytest.fixture
 def use_backend(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[UseBackend]:
+    fake_plugin: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> UseBackend:
     """Make a names-only package ``kit_test_<name>`` the backend under test."""
 
     def use(name: str, names: str) -> None:
-        package = tmp_path / f"kit_test_{name}"
-        package.mkdir()
-        (package / "__init__.py").write_text("")
-        (package / "names.py").write_text(names)
-        monkeypatch.syspath_prepend(str(tmp_path))
-        monkeypatch.setenv(kit_backend.PACKAGE_ENV_VAR, f"kit_test_{name}")
+        package = fake_plugin(f"kit_test_{name}", {"names.py": names})
+        monkeypatch.setenv(kit_backend.PACKAGE_ENV_VAR, package)
         kit_backend.current.cache_clear()
 
-    yield use
-    kit_backend.current.cache_clear()
-    for module in [m for m in sys.modules if m.startswith("kit_test_")]:
-        del sys.modules[module]
+    return use
 
 
 def test_a_plugin_server_selects_the_backend_and_its_emulator_only_when_it_has_one(

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+import argparse
 import functools
 import importlib
 import importlib.util
@@ -99,14 +100,8 @@ class Backend:
         except (ImportError, ValueError):
             spec = None
         roots = list(spec.submodule_search_locations or []) if spec else []
-        names_file = next(
-            (
-                Path(root, *inner, "names.py")
-                for root in roots
-                if Path(root, *inner, "names.py").is_file()
-            ),
-            None,
-        )
+        candidates = [Path(root, *inner, "names.py") for root in roots]
+        names_file = next((path for path in candidates if path.is_file()), None)
         if names_file is None:
             raise BackendNotConfigured(
                 f"no names.py in an importable package {package!r}: set "
@@ -154,6 +149,19 @@ def use(package: str) -> Backend:
     os.environ[PACKAGE_ENV_VAR] = package
     current.cache_clear()
     return backend
+
+
+def add_package_option(parser: argparse.ArgumentParser) -> None:
+    """``--package``: the backend of a kit command run outside pytest."""
+    parser.add_argument(
+        "--package",
+        help=f"the plugin's import package (default: ${PACKAGE_ENV_VAR})",
+    )
+
+
+def chosen(package: str | None) -> Backend:
+    """The backend a command's ``--package`` names, else this run's (``current``)."""
+    return use(package) if package else current()
 
 
 @functools.cache

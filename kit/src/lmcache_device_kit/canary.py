@@ -240,18 +240,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the plugin's project, whose tests/ run (default: the one around the "
         "current directory)",
     )
-    parser.add_argument(
-        "--package",
-        help="the plugin's import package (default: $" + kit_backend.PACKAGE_ENV_VAR,
-    )
+    kit_backend.add_package_option(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
-    backend = (
-        kit_backend.use(options.package) if options.package else kit_backend.current()
-    )
+    backend = kit_backend.chosen(options.package)
     project = options.project or projects.find_project()
     if project is None:
         sys.exit("no project around the current directory: pass --project DIR")

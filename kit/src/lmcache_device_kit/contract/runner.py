@@ -164,19 +164,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="the ported LMCache tests (default: the project's tests/lmcache_ports)",
     )
-    parser.add_argument(
-        "--package",
-        help="the plugin's import package (default: $" + kit_backend.PACKAGE_ENV_VAR,
-    )
+    kit_backend.add_package_option(parser)
     parser.add_argument("pytest_args", nargs="*")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
-    backend = (
-        kit_backend.use(options.package) if options.package else kit_backend.current()
-    )
+    backend = kit_backend.chosen(options.package)
     # resolved: the passes run from other directories
     project = options.project or projects.find_project()
     project = project.resolve() if project else None
