@@ -1,0 +1,22 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""LMCache's conformance tests, run against this backend: the kit's classes, subclassed.
+
+Each ``Base...Tests`` class of ``lmcache_device_kit.conformance`` holds one part of
+what LMCache needs from a device backend; pytest runs a subclass's tests against the
+backend ``conftest.py`` chose. A class that needs what this backend does not have
+(its ``requires``: LMCache-driven transfer, native ops, the CPU emulator) is skipped
+with the reason. A newer kit brings its new tests with it: bump its pin.
+
+To hold your device to more, add your own tests in files of your own
+(``tests/test_<what>.py``); to see one class's tests, read its module in the kit.
+"""
+
+# Future
+from __future__ import annotations
+
+# Third Party
+from lmcache_device_kit.conformance import backend_shape
+
+
+class TestBackendShape(backend_shape.BaseBackendShapeTests):
+    pass
