@@ -54,7 +54,7 @@ EXPECTED_FILES = {
     "tests/_support.py",
     "tests/conftest.py",
     "tests/soak.py",
-    "tests/test_backend_shape.py",
+    "tests/test_conformance.py",
     "tests/test_bad_input.py",
     "tests/test_cache_context.py",
     "tests/test_cache_context_staging.py",

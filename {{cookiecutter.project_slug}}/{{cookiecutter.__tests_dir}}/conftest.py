@@ -25,7 +25,9 @@ one is skipped with the reason; the tests marked ``without_device`` still run.
 from __future__ import annotations
 
 # Standard
+{%- if cookiecutter.emulator == 'yes' %}
 from importlib.util import find_spec
+{%- endif %}
 import os
 {%- if cookiecutter.emulator == 'yes' %}
 import sys

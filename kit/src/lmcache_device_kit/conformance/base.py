@@ -20,7 +20,8 @@ from lmcache_device_kit import backend as kit_backend
 
 #: The capabilities a class may require, with why a backend without it skips the class.
 CAPABILITIES = {
-    "device": "no device here: torch.<device> is not loaded or sees no device",
+    "device": "no <DEVICE> device here: install <EXTENSION> on a host with the device "
+    "(or test on the CPU emulator)",
     "emulator": "needs the CPU emulator (its test facilities: held streams, injected "
     "faults, mapping counts); run with <EMULATOR_ENV_VAR>=1",
     "lmcache_driven": "the spec does not offer LMCache-driven transfer (engine-driven "
@@ -62,6 +63,11 @@ def missing_reason(missing: set[str]) -> str:
     return "; ".join(
         CAPABILITIES[name]
         .replace("<EMULATOR_ENV_VAR>", backend.emulator_env_var or "the emulator's")
-        .replace("<device>", backend.torch_module_name)
+        .replace("<DEVICE>", backend.device_type)
+        .replace(
+            "<EXTENSION>",
+            backend.torch_extension_module
+            or f"torch with {backend.device_type} support",
+        )
         for name in sorted(missing)
     )

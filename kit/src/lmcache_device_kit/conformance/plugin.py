@@ -109,8 +109,9 @@ def pytest_report_header() -> list[str]:
     if backend.package.startswith("lmcache."):
         plugin = f"{backend.package} (in-tree) from {origin}"
     else:
-        dists = metadata.packages_distributions().get(backend.package, ["?"])
-        plugin = f"{backend.package} {metadata.version(dists[0])} from {origin}"
+        dists = metadata.packages_distributions().get(backend.package)
+        version = metadata.version(dists[0]) if dists else "(not installed)"
+        plugin = f"{backend.package} {version} from {origin}"
     emulator = (
         f"{backend.emulator_env_var}={os.environ.get(backend.emulator_env_var)} "
         if backend.emulator_env_var
