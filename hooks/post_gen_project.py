@@ -1,16 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Remove the directories that optional files left empty.
+"""Delete what these answers leave out (``hooks/manifest.py``), then the directories left empty.
 
-Optional files are chosen by their Jinja file names (a name that renders empty
-is not written), so an option that drops every file of a directory (the CI
-workflow of an in-tree contribution, the emulator when ``emulator=no``) leaves
-that directory behind, empty. This hook removes such directories and nothing
-else; it reads no answers.
+Every template file is rendered; the optional parts an answer set does not keep are
+listed by the manifest (its Jinja extension renders the list into this script) and
+deleted here. Nothing outside the project directory is touched: a listed path that
+resolves outside it stops the hook.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 
@@ -25,5 +26,19 @@ def remove_empty_directories(root: Path) -> list[Path]:
     return removed
 
 
+def prune(root: Path, dropped: list[str]) -> None:
+    """Delete each of ``dropped`` (files or directories, relative to ``root``), then empty directories."""
+    paths = [(root / relative).resolve() for relative in dropped]
+    for relative, path in zip(dropped, paths, strict=True):
+        if root.resolve() not in path.parents:  # checked before anything is deleted
+            raise SystemExit(f"hooks/manifest.py lists {relative!r}, outside the project: fix the manifest")
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    remove_empty_directories(root)
+
+
 if __name__ == "__main__":
-    remove_empty_directories(Path.cwd())
+    prune(Path.cwd(), json.loads(r"""{{ dropped_paths(cookiecutter) | tojson }}"""))

@@ -1,4 +1,4 @@
-{% raw %}// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: Apache-2.0
 //
 // torch's view of the emulated device: its device guard.
 //
@@ -139,4 +139,3 @@ Worker* current_worker(c10::DeviceIndex device) {
 }  // namespace emulator
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, emulator::DeviceGuard);
-{% endraw %}

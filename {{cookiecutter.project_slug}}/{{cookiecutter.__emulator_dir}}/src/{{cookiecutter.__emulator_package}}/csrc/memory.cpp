@@ -1,4 +1,4 @@
-{% raw %}// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: Apache-2.0
 //
 // The emulated device's memory: not host-addressable, one address space per
 // device, exportable to other processes with CUDA's IPC rules.
@@ -286,4 +286,3 @@ std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> ipc_imports() {
 }
 
 }  // namespace emulator
-{% endraw %}

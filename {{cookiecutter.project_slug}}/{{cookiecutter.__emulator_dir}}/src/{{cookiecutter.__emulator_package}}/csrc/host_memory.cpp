@@ -1,4 +1,4 @@
-{% raw %}// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: Apache-2.0
 //
 // Host memory as the emulated device sees it: pinned allocations, host
 // registrations, and the address a kernel reaches them at.
@@ -255,4 +255,3 @@ void bind_host_memory(pybind11::module& m) {
       "True: pinned host memory has a separate device address (Ascend); "
       "False: the device reaches it at its host address (CUDA).");
 }
-{% endraw %}

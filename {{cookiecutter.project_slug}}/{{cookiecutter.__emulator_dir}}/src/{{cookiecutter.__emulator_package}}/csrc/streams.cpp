@@ -1,4 +1,4 @@
-{% raw %}// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: Apache-2.0
 //
 // Asynchronous streams for the emulated device, with CUDA's rules.
 //
@@ -261,4 +261,3 @@ void bind_streams(pybind11::module& m) {
   });
   bind_launches(m);
 }
-{% endraw %}

@@ -1,4 +1,4 @@
-{% raw %}// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: Apache-2.0
 //
 // Events of the emulated device, with CUDA's rules.
 //
@@ -242,4 +242,3 @@ int64_t event_open(int64_t pid, int64_t fd, int64_t inode, int64_t index,
 }
 
 }  // namespace emulator
-{% endraw %}

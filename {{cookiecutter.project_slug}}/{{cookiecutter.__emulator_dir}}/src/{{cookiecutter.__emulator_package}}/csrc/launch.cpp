@@ -1,4 +1,4 @@
-{% raw %}// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: Apache-2.0
 //
 // What native code launches on a stream, with a runtime's rules: kernels
 // (emulator_launch, a runtime's cudaLaunchKernel) and host functions
@@ -181,4 +181,3 @@ void bind_launches(pybind11::module& m) {
   m.def("release_hold", &release_hold, "Release a hold; true if it expired.");
 }
 }  // namespace emulator
-{% endraw %}

@@ -1,4 +1,4 @@
-{% raw %}// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: Apache-2.0
 //
 // Faults a test switches on (set_faults), and the device losses they cause.
 //
@@ -212,4 +212,3 @@ extern "C" void* emulator_kernel_address(int64_t base, int64_t offset,
   }
   return emulator::host_kernel_address(address, offset, nbytes);
 }
-{% endraw %}

@@ -1,4 +1,4 @@
-{% raw %}// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: Apache-2.0
 //
 // A host-memory PrivateUse1 device for hardware-free tests of an LMCache device
 // plugin.
@@ -244,4 +244,3 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   bind_events(m);
   bind_host_memory(m);
 }
-{% endraw %}

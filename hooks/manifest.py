@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The optional parts of a render, listed once, and what a set of answers leaves out.
+
+Why: the template's files have plain names (Jinja in names is for the backend's names
+only), so tools read the template tree as it is; which files an answer set keeps is
+decided here, in ``PARTS``, and the post-generation hook deletes the rest
+(``hooks/post_gen_project.py`` calls ``dropped_paths`` through this Jinja extension,
+listed in ``_extensions``). Adding an option touches ``cookiecutter.json``, ``PARTS``,
+the pre-generation hook's checks and the files the option adds.
+
+A file in no part is rendered for every answer set. A path may name a directory (all
+of it goes). Paths are relative to the project directory, as the template names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from jinja2 import Environment
+from jinja2.ext import Extension
+
+PACKAGE = "{{cookiecutter.__package_dir}}"
+TESTS = "{{cookiecutter.__tests_dir}}"
+LMCACHE_DRIVEN = ("opt_in", "default")
+
+
+class Part(NamedTuple):
+    """Files kept only when every option in ``when`` has one of its listed answers."""
+
+    name: str
+    when: Mapping[str, tuple[str, ...]]
+    paths: tuple[str, ...]
+
+
+PARTS = (
+    Part(
+        "a wheel of its own: packaging, CI, the spec module, the doctor",
+        {"ownership": ("wheel",)},
+        (
+            ".github/workflows/ci.yml",
+            ".gitattributes",
+            ".pre-commit-config.yaml",
+            "LICENSE",
+            "README.md",
+            "noxfile.py",
+            "pyproject.toml",
+            f"{PACKAGE}/device.py",
+            f"{PACKAGE}/doctor.py",
+            f"{PACKAGE}/py.typed",
+        ),
+    ),
+    Part("an LMCache contribution's PR text", {"ownership": ("in_tree",)}, ("PR_DESCRIPTION.md",)),
+    Part(
+        "the wire patch an in-tree LMCache-driven backend applies to LMCache",
+        {"ownership": ("in_tree",), "lmcache_driven": LMCACHE_DRIVEN},
+        ("patches/0001-ipc-wire-{{ cookiecutter.backend_name }}.patch",),
+    ),
+    Part(
+        "LMCache-driven transfer: IPC wrapper, cache context, events, pinning",
+        {"lmcache_driven": LMCACHE_DRIVEN},
+        tuple(
+            f"{PACKAGE}/{name}"
+            for name in (
+                "_lmcache_compat/kv_layout.py",
+                "after_stream.py",
+                "cache_context.py",
+                "event_ipc.py",
+                "ipc_wrapper.py",
+                "pin_memory.py",
+                "thread_context.py",
+            )
+        ),
+    ),
+    Part(
+        "the wire registration a wheel makes at run time",
+        {"lmcache_driven": LMCACHE_DRIVEN, "ownership": ("wheel",)},
+        (f"{PACKAGE}/_lmcache_compat/wire.py",),
+    ),
+    Part(
+        "native ops: the C++ extension and its build",
+        {"native_ops": ("yes",)},
+        (
+            "setup.py",
+            *(
+                f"{PACKAGE}/{name}"
+                for name in ("_host_access.py", "_kernels.cpp", "_native_plan.py", "_recorders.cpp", "native_ops.py")
+            ),
+        ),
+    ),
+    Part("the CPU emulator of torch.<device>", {"emulator": ("yes",)}, ("{{cookiecutter.__emulator_dir}}",)),
+    Part(
+        "the tests of what only a wheel has: the doctor, the release surface, the soak",
+        {"ownership": ("wheel",)},
+        tuple(
+            f"{TESTS}/{name}"
+            for name in ("soak.py", "test_doctor.py", "test_doctor_paths.py", "test_lmcache_surface.py")
+        ),
+    ),
+    Part(
+        "LMCache's per-device tests, ported to a wheel's LMCache-driven parts",
+        {"lmcache_driven": LMCACHE_DRIVEN, "ownership": ("wheel",)},
+        (f"{TESTS}/lmcache_ports",),
+    ),
+)
+
+
+def kept(part: Part, answers: Mapping[str, object]) -> bool:
+    return all(answers[option] in choices for option, choices in part.when.items())
+
+
+def dropped_paths(environment: Environment, answers: Mapping[str, object]) -> list[str]:
+    """The project-relative paths (rendered) that ``answers`` leave out."""
+    dropped = set()
+    for part in PARTS:
+        if not kept(part, answers):
+            dropped.update(environment.from_string(path).render(cookiecutter=answers) for path in part.paths)
+    return sorted(dropped)
+
+
+class Manifest(Extension):
+    """Jinja global ``dropped_paths(cookiecutter)`` for the post-generation hook."""
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        environment.globals["dropped_paths"] = lambda answers: dropped_paths(environment, answers)

@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Optional parts are listed once, in hooks/manifest.py: the template tree has plain file names."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from jinja2 import Environment
+
+from hooks.manifest import PARTS, dropped_paths
+from hooks.post_gen_project import prune
+
+TEMPLATE = Path(__file__).resolve().parent.parent
+PROJECT = TEMPLATE / "{{cookiecutter.project_slug}}"
+OPTIONS = json.loads((TEMPLATE / "cookiecutter.json").read_text())
+
+
+def test_no_template_file_name_holds_a_jinja_condition() -> None:
+    """Which files an answer set keeps is the manifest's to say, not a file name's."""
+    conditional = [str(path.relative_to(PROJECT)) for path in PROJECT.rglob("*") if "{%" in path.name]
+    assert conditional == []
+
+
+@pytest.mark.parametrize("part", PARTS, ids=[part.name for part in PARTS])
+def test_every_path_the_manifest_names_is_in_the_template(part) -> None:  # type: ignore[no-untyped-def]
+    missing = [path for path in part.paths if not (PROJECT / path).exists()]
+    assert missing == [], f"{part.name!r} names paths the template does not have"
+
+
+@pytest.mark.parametrize("part", PARTS, ids=[part.name for part in PARTS])
+def test_every_condition_names_an_option_and_its_choices(part) -> None:  # type: ignore[no-untyped-def]
+    for option, choices in part.when.items():
+        assert isinstance(OPTIONS.get(option), list), f"{option!r} is not a choice in cookiecutter.json"
+        assert set(choices) <= set(OPTIONS[option]), f"{option!r} has no choice among {choices}"
+
+
+def test_answers_drop_exactly_the_parts_they_do_not_keep() -> None:
+    answers = {
+        "ownership": "wheel", "lmcache_driven": "no", "native_ops": "yes", "emulator": "yes", "backend_name": "foo",
+        "__package_dir": "src/lmcache_foo", "__emulator_dir": "emulator",
+    }  # fmt: skip
+    dropped = dropped_paths(Environment(), answers)
+    assert "src/lmcache_foo/ipc_wrapper.py" in dropped and "PR_DESCRIPTION.md" in dropped
+    assert "src/lmcache_foo/native_ops.py" not in dropped and "emulator" not in dropped
+    assert "patches/0001-ipc-wire-foo.patch" in dropped
+
+
+def test_the_hook_refuses_a_path_outside_the_project_and_deletes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "keep.py").write_text("")
+    (tmp_path / "outside.py").write_text("")
+    with pytest.raises(SystemExit, match="outside the project: fix the manifest"):
+        prune(tmp_path / "project", ["keep.py", "../outside.py"])
+    assert (tmp_path / "outside.py").exists() and (tmp_path / "project" / "keep.py").exists()
+
+
+def test_an_engine_driven_wheel_render_has_none_of_the_lmcache_driven_part(render: Callable[..., Path]) -> None:
+    project = render(lmcache_driven="no", native_ops="no", emulator="no")
+    package = project / "src/lmcache_foo"
+    assert not (package / "ipc_wrapper.py").exists() and not (package / "_lmcache_compat/wire.py").exists()
+    assert not (project / "emulator").exists() and not (project / "setup.py").exists()
+    assert (package / "device_ops.py").exists()
