@@ -13,6 +13,8 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from hooks.manifest import PACKAGE, PARTS, kept
+
 #: Template syntax that must not survive rendering.
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
 #: GitHub Actions expressions (``${{ matrix.x }}``) are meant to survive rendering.
@@ -25,15 +27,23 @@ WHEEL_STYLE_CHECKS = (
 )
 #: The most lines a rendered file may have: a vendor reads each on one screen.
 MAX_LINES = 300
-#: The modules LMCache-driven transfer adds to the package.
-LMCACHE_DRIVEN_MODULES = ("ipc_wrapper.py", "cache_context.py", "after_stream.py", "thread_context.py", "event_ipc.py",
-                          "pin_memory.py")
 #: The CPU emulator's package (its own distribution, ``__emulator_dir``): its Python and the C++ it compiles at load.
 EMULATOR_FILES = (
     "__init__.py", "_cache.py", "_device.py", "_streams.py", "csrc/emulator.h", "csrc/events.cpp", "csrc/faults.cpp",
     "csrc/guard.cpp", "csrc/host_device.cpp", "csrc/host_memory.cpp", "csrc/launch.cpp", "csrc/memory.cpp",
     "csrc/ops.cpp", "csrc/streams.cpp",
 )  # fmt: skip
+
+
+def optional_modules(names: set[str] | list[str], package: str, ctx: dict) -> dict[str, tuple[bool, bool]]:
+    """``{module: (shipped, expected)}`` for each package module of an optional part (``hooks/manifest.py``): a
+    wheel ships it exactly when the render's answers keep its part."""
+    return {
+        module: (f"{package}/{module}" in names, kept(part, ctx))
+        for part in PARTS
+        for path in part.paths
+        if path.startswith(f"{PACKAGE}/") and (module := path.removeprefix(f"{PACKAGE}/")).endswith((".py", ".typed"))
+    }
 
 
 def context(project: Path) -> dict:
@@ -114,9 +124,7 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
             and f"{package}/native_ops.py" in names,
             ctx["native_ops"] == "yes",
         ),
-        **{
-            module: (f"{package}/{module}" in names, ctx["lmcache_driven"] != "no") for module in LMCACHE_DRIVEN_MODULES
-        },
+        **optional_modules(names, package, ctx),
     }
     emulator = {name.rsplit("/", 1)[-1] for name in EMULATOR_FILES} - {"__init__.py"}
     shipped_emulator = [n for n in names if n.rsplit("/", 1)[-1] in emulator or "emulator" in n.split("/")[0]]

@@ -224,6 +224,20 @@ def test_the_wheel_check_refuses_a_production_wheel_that_ships_the_emulator(
     assert f"the production wheel ships emulator files: {member}" in wheel_problems(wheel, project)
 
 
+def test_the_wheel_check_holds_a_wheel_to_the_manifest_parts_its_answers_keep(
+    render: Callable[..., Path], tmp_path: Path
+) -> None:
+    """An engine-driven render's wheel that ships an IPC wrapper, or lacks the spec module, fails the check."""
+    project = render(lmcache_driven="no")
+    wheel = tmp_path / "lmcache_foo_device-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("lmcache_foo_device-0.1.0.dist-info/METADATA", "Metadata-Version: 2.4\nName: x\n")
+        archive.writestr("lmcache_foo_device-0.1.0.dist-info/entry_points.txt", "")
+        archive.writestr("lmcache_foo/ipc_wrapper.py", "")
+    problems = wheel_problems(wheel, project)
+    assert "ipc_wrapper.py: shipped but not chosen" in problems and "device.py: missing" in problems
+
+
 def test_pyproject_declares_the_entry_point_and_requires_exactly_the_tested_lmcache_range(
     render: Callable[..., Path],
 ) -> None:
