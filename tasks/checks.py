@@ -14,6 +14,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from hooks.manifest import PACKAGE, PARTS, kept
+from tasks.kit_source import plugin_wheel_problems, read_wheel
 
 #: Template syntax that must not survive rendering.
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
@@ -83,29 +84,20 @@ def rendered_text_problems(project: Path) -> list[str]:
     return problems
 
 
-def read_wheel(wheel: Path) -> tuple[list[str], str, str, list[str]]:
-    """A wheel's file names, its ``.dist-info`` directory, its entry_points.txt (empty if none), its METADATA lines."""
-    with zipfile.ZipFile(wheel) as archive:
-        names = archive.namelist()
-        info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
-        entry_points = archive.read(f"{info}/entry_points.txt").decode() if f"{info}/entry_points.txt" in names else ""
-        return names, info, entry_points, archive.read(f"{info}/METADATA").decode().splitlines()
-
-
 def wheel_problems(wheel: Path, project: Path) -> list[str]:
-    """What is wrong with a render's wheel: entry point, licence, lmcache range, and which modules ship."""
+    """What is wrong with a render's wheel: the kit's wheel check (a vendor's ``nox -s build`` runs the same), then
+    what holds it to the render's answers: the entry point, the tested lmcache range, which modules ship."""
     ctx = context(project)
     package = ctx["import_package"]
-    names, info, entry_points, metadata = read_wheel(wheel)
-    problems = []
+    names, _, entry_points, metadata = read_wheel(wheel)
+    problems = plugin_wheel_problems(wheel, project)
     expected = (
         f"[{ctx['_entry_point_group']}]\n{ctx['backend_name']} = {ctx['__spec_module']}:{ctx['class_prefix']}DeviceSpec"
     )
     if expected not in entry_points:
         problems.append(f"entry_points.txt lacks {expected!r}:\n{entry_points}")
-    for line in (f"License-Expression: {ctx['license']}", "License-File: LICENSE"):
-        if line not in metadata:
-            problems.append(f"METADATA lacks {line!r}")
+    if f"License-Expression: {ctx['license']}" not in metadata:
+        problems.append(f"METADATA lacks the chosen licence {ctx['license']!r}")
     requirement = Requirement(ctx["__lmcache_requirement"])
     declared = [Requirement(m.split(":", 1)[1]) for m in metadata if m.startswith("Requires-Dist:")]
     lmcache = [r for r in declared if r.name == "lmcache"]
@@ -114,10 +106,6 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
     untested = [v for v in ctx["_lmcache_tested"] if not requirement.specifier.contains(v)]
     if untested:
         problems.append(f"{requirement} excludes tested releases {untested}")
-    problems += requirement_problems(declared, project)
-    for required in (f"{package}/py.typed", f"{info}/licenses/LICENSE"):
-        if required not in names:
-            problems.append(f"wheel lacks {required}")
     shipped = {
         "native ops": (
             any(n.startswith(f"{package}/_kernels") and n.endswith(".so") for n in names)
@@ -126,34 +114,14 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
         ),
         **optional_modules(names, package, ctx),
     }
+    # the emulator's own module names anywhere (the kit's check sees its directories)
     emulator = {name.rsplit("/", 1)[-1] for name in EMULATOR_FILES} - {"__init__.py"}
-    shipped_emulator = [n for n in names if n.rsplit("/", 1)[-1] in emulator or "emulator" in n.split("/")[0]]
-    sources = [n for n in names if n.endswith((".cpp", ".h"))]  # the rendered noxfile's check_wheel refuses them
-    if sources:
-        problems.append(f"the wheel ships C++ sources (compiled into its extension; a vendor's `nox -s build` "
-                        f"refuses them): {', '.join(sources)}")  # fmt: skip
-    if shipped_emulator:
-        problems.append(f"the production wheel ships emulator files: {', '.join(shipped_emulator[:4])}")
+    misplaced = [n for n in names if n.rsplit("/", 1)[-1] in emulator and "emulator" not in n]
+    if misplaced:
+        problems.append(f"the production wheel ships emulator files: {', '.join(misplaced[:4])}")
     for what, (present, wanted) in shipped.items():
         if present != wanted:
             problems.append(f"{what}: {'missing' if wanted else 'shipped but not chosen'}")
-    return problems
-
-
-def requirement_problems(declared: list[Requirement], project: Path) -> list[str]:
-    """A production wheel requires lmcache alone; every extra of the render's pyproject (the kit comes with
-    ``test`` and ``doctor``) is in its METADATA under that extra."""
-    problems = [
-        f"the production wheel requires {requirement} (lmcache alone: the rest comes with extras)"
-        for requirement in declared
-        if requirement.marker is None and requirement.name != "lmcache"
-    ]
-    extras = tomllib.loads((project / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
-    for extra, texts in extras.items():
-        for wanted in map(Requirement, texts):
-            if not any((r.name, r.specifier) == (wanted.name, wanted.specifier) and r.marker is not None
-                       and r.marker.evaluate({"extra": extra}) for r in declared):  # fmt: skip
-                problems.append(f"METADATA lacks {str(wanted)!r} under the {extra!r} extra")
     return problems
 
 

@@ -7,7 +7,8 @@ Sessions:
   typecheck  mypy on src/{{ " and emulator/src/" if cookiecutter.emulator == "yes" else "" }} (settings in pyproject.toml).
   build      build the wheel with a PEP 517 frontend and check its metadata: entry
              point, console script, lmcache range (its only requirement), the
-             extras (test, doctor), licence, py.typed.
+             extras (test, doctor), licence, py.typed, no C++ sources (the kit's
+             wheel check).
   tests      build and install the wheel (never editable) with torch and one tested
              lmcache release, then run the conformance suite from outside the source
 {% if cookiecutter.emulator == 'yes' %}             tree; on the CPU emulator (emulator/, installed beside the wheel)
@@ -51,7 +52,6 @@ from pathlib import Path
 import ast
 import json
 import os
-import zipfile
 
 # Third Party
 from packaging.requirements import Requirement
@@ -151,58 +151,14 @@ def build_wheel(session: nox.Session) -> Path:
     return wheel
 
 
-def check_wheel(session: nox.Session, wheel: Path) -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    with zipfile.ZipFile(wheel) as archive:
-        names = archive.namelist()
-        info = next(
-            n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA")
-        )
-        metadata = archive.read(f"{info}/METADATA").decode().splitlines()
-        entry_points = archive.read(f"{info}/entry_points.txt").decode()
-    problems = []
-    for group, entries in {
-        **project["entry-points"],
-        "console_scripts": project["scripts"],
-    }.items():
-        for name, value in entries.items():
-            if (
-                f"{name} = {value}" not in entry_points
-                or f"[{group}]" not in entry_points
-            ):
-                problems.append(f"entry point [{group}] {name} = {value} missing")
-    fields = [line.partition(": ") for line in metadata]
-    requires = [Requirement(text) for key, _, text in fields if key == "Requires-Dist"]
-    # lmcache alone always, each extra as declared: the kit (the tests' harness, the
-    # doctor's checks) comes with the test and doctor extras, never with the wheel.
-    extras = {"": project["dependencies"], **project["optional-dependencies"]}
-    for extra, wanted in extras.items():
-        has = {
-            f"{r.name}{r.specifier}"
-            for r in requires
-            if (r.marker.evaluate({"extra": extra}) if r.marker else not extra)
-        }
-        if has != {f"{r.name}{r.specifier}" for r in map(Requirement, wanted)}:
-            problems.append(f"Requires-Dist {extra or '(always)'}: {sorted(has)}")
-    if f"License-Expression: {project['license']}" not in metadata:
-        problems.append(f"METADATA lacks License-Expression {project['license']!r}")
-    if f"{PACKAGE}/py.typed" not in names:
-        problems.append("py.typed missing")
-    if any(name.endswith((".cpp", ".h")) for name in names):
-        problems.append(
-            "C++ sources shipped (the emulator's belong to its own distribution, "
-            "emulator/)"
-        )
-    if problems:
-        session.error("wheel check failed: " + "; ".join(problems))
-    session.log(f"wheel OK: {wheel.name}")
-
-
 @nox.session
 def build(session: nox.Session) -> None:
-    """Build the wheel (PEP 517) and check its entry points, requirements, extras,
-    licence and py.typed."""
-    check_wheel(session, build_wheel(session))
+    """Build the wheel (PEP 517) and check it with the kit's wheel check: entry points,
+    requirements and extras, licence, py.typed, no C++ sources or emulator files."""
+    wheel = build_wheel(session)
+    session.install(*kit_requirement())
+    check = ["python", "-m", "lmcache_device_kit.wheel_check", str(wheel)]
+    session.run(*check, "--project", str(ROOT))
 
 
 def kit_requirement() -> list[str]:

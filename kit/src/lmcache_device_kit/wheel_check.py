@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The checks a plugin's wheel must pass, read against the project's own
+pyproject.toml: ``python -m lmcache_device_kit.wheel_check WHEEL --project DIR``.
+
+Why it exists: a wheel that builds can still be one LMCache never loads or a serving
+host cannot install: an entry point missing from ``entry_points.txt``, a dependency
+beyond lmcache outside the extras, an extra that lost its requirements, no licence,
+no ``py.typed``, C++ sources or the CPU emulator inside. A project's ``nox -s build``
+runs this on the wheel it built; the template runs the same function on every render's
+wheel, with the checks that hold a render to its answers on top.
+
+Must not import lmcache, torch or the plugin (it reads files only).
+"""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+import argparse
+import sys
+import zipfile
+
+# Third Party
+from packaging.requirements import Requirement
+
+if sys.version_info >= (3, 11):
+    # Standard
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    # Third Party
+    import tomli as tomllib
+
+#: The entry-point group LMCache discovers plugins in.
+ENTRY_POINT_GROUP = "lmcache.device_plugins"
+
+
+def read_wheel(wheel: Path) -> tuple[list[str], str, str, list[str]]:
+    """A wheel's file names, its ``.dist-info`` directory, its entry_points.txt
+    (empty if none), its METADATA lines."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = next(
+            n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA")
+        )
+        points = f"{info}/entry_points.txt"
+        entry_points = archive.read(points).decode() if points in names else ""
+        metadata = archive.read(f"{info}/METADATA").decode().splitlines()
+    return names, info, entry_points, metadata
+
+
+def plugin_packages(project: dict[str, Any]) -> list[str]:
+    """The import packages the project's LMCache entry points load."""
+    entries = project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
+    return sorted({value.split(":")[0].split(".")[0] for value in entries.values()})
+
+
+def entry_point_problems(project: dict[str, Any], entry_points: str) -> list[str]:
+    groups = {**project.get("entry-points", {}), "console_scripts": {}}
+    groups["console_scripts"] = project.get("scripts", {})
+    problems = []
+    if not project.get("entry-points", {}).get(ENTRY_POINT_GROUP):
+        problems.append(
+            f"pyproject.toml declares no [project.entry-points.{ENTRY_POINT_GROUP!r}]: "
+            "LMCache would never find the plugin"
+        )
+    for group, entries in groups.items():
+        for name, value in entries.items():
+            if (
+                f"[{group}]" not in entry_points
+                or f"{name} = {value}" not in entry_points
+            ):
+                problems.append(f"entry point [{group}] {name} = {value} missing")
+    return problems
+
+
+def requirement_problems(project: dict[str, Any], metadata: list[str]) -> list[str]:
+    """The wheel requires lmcache alone; every extra of pyproject.toml is in its
+    METADATA under that extra."""
+    declared = [
+        Requirement(line.split(":", 1)[1])
+        for line in metadata
+        if line.startswith("Requires-Dist:")
+    ]
+    problems = [
+        f"the production wheel requires {requirement} (lmcache alone: the rest comes "
+        "with extras)"
+        for requirement in declared
+        if requirement.marker is None and requirement.name != "lmcache"
+    ]
+    for extra, texts in project.get("optional-dependencies", {}).items():
+        for wanted in map(Requirement, texts):
+            if not any(
+                (r.name, r.specifier) == (wanted.name, wanted.specifier)
+                and r.marker is not None
+                and r.marker.evaluate({"extra": extra})
+                for r in declared
+            ):
+                problems.append(
+                    f"METADATA lacks {str(wanted)!r} under the {extra!r} extra"
+                )
+    return problems
+
+
+def plugin_wheel_problems(wheel: Path, project_dir: Path) -> list[str]:
+    """What is wrong with a plugin's wheel, by its project's pyproject.toml."""
+    project = tomllib.loads((project_dir / "pyproject.toml").read_text())["project"]
+    names, info, entry_points, metadata = read_wheel(wheel)
+    problems = entry_point_problems(project, entry_points)
+    problems += requirement_problems(project, metadata)
+    license_line = f"License-Expression: {project.get('license')}"
+    for line in (license_line, "License-File: LICENSE"):
+        if line not in metadata:
+            problems.append(f"METADATA lacks {line!r}")
+    required = [f"{info}/licenses/LICENSE"]
+    required += [f"{package}/py.typed" for package in plugin_packages(project)]
+    problems += [f"wheel lacks {name}" for name in required if name not in names]
+    sources = [n for n in names if n.endswith((".cpp", ".h"))]
+    if sources:
+        problems.append(
+            "the wheel ships C++ sources (compiled into its extension; "
+            f"exclude them from package data): {', '.join(sources)}"
+        )
+    emulator = [n for n in names if "emulator" in n.split("/")[0].split(".")[0]]
+    emulator += [n for n in names if "/emulator/" in n]
+    if emulator:
+        problems.append(
+            "the production wheel ships emulator files: " + ", ".join(emulator[:4])
+        )
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lmcache_device_kit.wheel_check", description=__doc__
+    )
+    parser.add_argument("wheel", type=Path, help="the plugin wheel to check")
+    parser.add_argument(
+        "--project", type=Path, default=Path.cwd(), help="its project directory"
+    )
+    args = parser.parse_args(argv)
+    problems = plugin_wheel_problems(args.wheel, args.project)
+    for problem in problems:
+        print(f"wheel check: {problem}", file=sys.stderr)
+    if not problems:
+        print(f"wheel OK: {args.wheel.name}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

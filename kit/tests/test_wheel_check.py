@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The wheel check: a plugin's wheel, read against its own pyproject.toml."""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from pathlib import Path
+import textwrap
+import zipfile
+
+# Third Party
+import pytest
+
+# First Party
+from lmcache_device_kit.wheel_check import main, plugin_wheel_problems
+
+PYPROJECT = """
+[project]
+name = "lmcache-bar-device"
+license = "Apache-2.0"
+dependencies = ["lmcache>=0.5.4,<=0.5.6"]
+scripts = {lmcache-bar-doctor = "lmcache_bar.doctor:main"}
+
+[project.optional-dependencies]
+test = ["lmcache-device-kit==0.1.0"]
+
+[project.entry-points."lmcache.device_plugins"]
+bar = "lmcache_bar.device:BarDeviceSpec"
+"""
+INFO = "lmcache_bar_device-0.1.0.dist-info"
+METADATA = [
+    "Metadata-Version: 2.4",
+    "Name: lmcache-bar-device",
+    "License-Expression: Apache-2.0",
+    "License-File: LICENSE",
+    "Requires-Dist: lmcache<=0.5.6,>=0.5.4",
+    'Requires-Dist: lmcache-device-kit==0.1.0; extra == "test"',
+]
+ENTRY_POINTS = """
+[console_scripts]
+lmcache-bar-doctor = lmcache_bar.doctor:main
+
+[lmcache.device_plugins]
+bar = lmcache_bar.device:BarDeviceSpec
+"""
+FILES = ["lmcache_bar/device.py", "lmcache_bar/py.typed", f"{INFO}/licenses/LICENSE"]
+
+
+def make(
+    tmp_path: Path,
+    metadata: list[str] = METADATA,
+    entry_points: str = ENTRY_POINTS,
+    files: list[str] = FILES,
+) -> Path:
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
+    wheel = tmp_path / "lmcache_bar_device-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{INFO}/METADATA", "\n".join(metadata) + "\n")
+        archive.writestr(f"{INFO}/entry_points.txt", entry_points)
+        for name in files:
+            archive.writestr(name, "")
+    return wheel
+
+
+def test_a_wheel_as_its_pyproject_declares_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert plugin_wheel_problems(make(tmp_path), tmp_path) == []
+    assert main([str(make(tmp_path)), "--project", str(tmp_path)]) == 0
+    assert "wheel OK" in capsys.readouterr().out
+
+
+def test_a_wheel_without_its_lmcache_entry_point_fails(tmp_path: Path) -> None:
+    wheel = make(tmp_path, entry_points=ENTRY_POINTS.split("[lmcache")[0])
+    problems = plugin_wheel_problems(wheel, tmp_path)
+    assert problems == [
+        "entry point [lmcache.device_plugins] bar = lmcache_bar.device:BarDeviceSpec "
+        "missing"
+    ]
+
+
+def test_a_wheel_requiring_the_kit_unconditionally_or_losing_an_extra_fails(
+    tmp_path: Path,
+) -> None:
+    metadata = [*METADATA[:-1], "Requires-Dist: lmcache-device-kit==0.1.0"]
+    problems = plugin_wheel_problems(make(tmp_path, metadata=metadata), tmp_path)
+    assert (
+        "the production wheel requires lmcache-device-kit==0.1.0 (lmcache alone: the "
+        "rest comes with extras)" in problems
+    )
+    assert (
+        "METADATA lacks 'lmcache-device-kit==0.1.0' under the 'test' extra" in problems
+    )
+
+
+@pytest.mark.parametrize(
+    ("member", "problem"),
+    [
+        ("lmcache_bar/_kernels.cpp", "the wheel ships C++ sources"),
+        ("lmcache_bar_emulator/_streams.py", "the production wheel ships emulator"),
+        ("lmcache_bar/emulator/csrc/memory.h", "the production wheel ships emulator"),
+    ],
+)
+def test_a_wheel_shipping_sources_or_the_emulator_fails(
+    tmp_path: Path, member: str, problem: str
+) -> None:
+    wheel = make(tmp_path, files=[*FILES, member])
+    assert any(p.startswith(problem) for p in plugin_wheel_problems(wheel, tmp_path))
+
+
+def test_a_wheel_without_licence_or_py_typed_fails_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wheel = make(tmp_path, metadata=METADATA[:2], files=FILES[:1])
+    assert main([str(wheel), "--project", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    for missing in (
+        "License-Expression: Apache-2.0",
+        "lmcache_bar/py.typed",
+        f"{INFO}/licenses/LICENSE",
+    ):
+        assert missing in err
