@@ -9,7 +9,8 @@ registers through its entry point and checks its LMCache release
 (``BaseWheelDiscoveryTests``, ``requires`` wheel), an in-tree backend through
 LMCache's scan of its own tree (``BaseInTreeDiscoveryTests``).
 
-Must not import lmcache, torch or the plugin at import time.
+Imports neither lmcache nor the plugin at import time; torch, through ``support.py``
+(import it from tests only, after ``conftest.py`` set the environment).
 """
 
 # Future

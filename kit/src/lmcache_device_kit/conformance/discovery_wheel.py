@@ -6,7 +6,8 @@ LMCache release it loads on.
 modules may be imported in, its declared LMCache range. An in-tree backend ships
 with LMCache and has none of them: the class is skipped there.
 
-Must not import lmcache, torch or the plugin at import time.
+Imports neither lmcache nor the plugin at import time; torch, through ``support.py``
+(import it from tests only, after ``conftest.py`` set the environment).
 """
 
 # Future

@@ -8,7 +8,8 @@ from fake plugins installed into a temporary directory on ``PYTHONPATH``, as
 LMCache's own registry tests do with fake entry points. An in-tree backend has no
 doctor of its own: skipped there.
 
-Must not import lmcache, torch or the plugin at import time.
+Imports neither lmcache nor the plugin at import time; torch, through ``support.py``
+(import it from tests only, after ``conftest.py`` set the environment).
 """
 
 # Future

@@ -6,7 +6,8 @@ Each case runs the installed command in a fresh interpreter, as ``doctor.py``'s 
 (its helpers run it here too). An in-tree backend has no doctor of its own: skipped
 there.
 
-Must not import lmcache, torch or the plugin at import time.
+Imports neither lmcache nor the plugin at import time; torch, through ``support.py``
+(import it from tests only, after ``conftest.py`` set the environment).
 """
 
 # Future

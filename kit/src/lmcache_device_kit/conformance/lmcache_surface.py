@@ -9,7 +9,8 @@ setting left undeclared), show that ``doctor --api`` reports what moved, with th
 fix, on any release, and fail once a shim serves no supported release any more. An
 in-tree backend ships with LMCache (no doctor, no release range): skipped there.
 
-Must not import lmcache, torch or the plugin at import time.
+Imports neither lmcache nor the plugin at import time; torch, through ``support.py``
+(import it from tests only, after ``conftest.py`` set the environment).
 """
 
 # Future

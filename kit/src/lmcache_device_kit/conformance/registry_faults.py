@@ -6,7 +6,8 @@ Each case runs ``import lmcache`` in a fresh interpreter with fake plugins on
 ``PYTHONPATH`` (LMCache builds its registry once per process), and must end
 within 30 s.
 
-Must not import lmcache, torch or the plugin at import time.
+Imports neither lmcache nor the plugin at import time; torch, through ``support.py``
+(import it from tests only, after ``conftest.py`` set the environment).
 """
 
 # Future
