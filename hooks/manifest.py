@@ -89,14 +89,7 @@ PARTS = (
         ),
     ),
     Part("the CPU emulator of torch.<device>", {"emulator": ("yes",)}, ("{{cookiecutter.__emulator_dir}}",)),
-    Part(
-        "the tests of what only a wheel has: the doctor, the release surface, the soak",
-        {"ownership": ("wheel",)},
-        tuple(
-            f"{TESTS}/{name}"
-            for name in ("soak.py", "test_doctor.py", "test_doctor_paths.py", "test_lmcache_surface.py")
-        ),
-    ),
+    Part("the soak a wheel's project runs", {"ownership": ("wheel",)}, (f"{TESTS}/soak.py",)),
     Part(
         "LMCache's per-device tests, ported to a wheel's LMCache-driven parts",
         {"lmcache_driven": LMCACHE_DRIVEN, "ownership": ("wheel",)},

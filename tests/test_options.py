@@ -20,23 +20,39 @@ from tasks.variants import NEWEST, ROOT
 
 IN_TREE_PACKAGE = "lmcache/v1/platform/devices/foo"
 IN_TREE_TESTS = "tests/v1/platform/devices/foo"
-#: Conformance tests that only make sense for one ownership model; every other test is rendered for both.
-WHEEL_ONLY_TESTS = {
-    "test_entry_point_is_named_after_the_backend_and_points_to_the_spec_class",
-    "test_entry_point_group_is_the_one_lmcache_scans",
-    "test_the_plugin_registers_whichever_of_its_modules_a_process_imports_first",
-    "test_plugin_refuses_to_load_on_an_untested_lmcache_release",
-    "test_declared_lmcache_range_is_exactly_the_tested_releases",
-}
-IN_TREE_ONLY_TESTS = {"test_built_in_scan_registers_the_package_init_spec_without_an_entry_point"}
+#: The kit's conformance classes that only one ownership model can run (their ``requires``): what is about how the
+#: backend is installed (a wheel's entry point, release range, tables and doctor; LMCache's scan of its own tree).
+#: Both models render the same subclasses; the kit's plugin skips these where the backend lacks the capability.
+WHEEL_ONLY_CLASSES = {
+    "BaseWheelDiscoveryTests", "BaseLMCacheSurfaceTests", "BaseDoctorTests", "BaseDoctorLiveTests", "BaseDoctorPathsTests",
+}  # fmt: skip
+IN_TREE_ONLY_CLASSES = {"BaseInTreeDiscoveryTests"}
+KIT_CONFORMANCE = ROOT / "kit" / "src" / "lmcache_device_kit" / "conformance"
 
 
 def suite_functions(tests_dir: Path) -> dict[str, set[str]]:
-    """``{test file: {test function names}}`` of a rendered suite."""
+    """``{test file: {test function names}}`` of a rendered suite; for test_conformance.py, its classes as
+    ``Test<Name>(module.Base<Name>Tests)``."""
     found = {}
     for path in sorted(tests_dir.glob("test_*.py")):
         tree = ast.parse(path.read_text())
         found[path.name] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+        found[path.name] |= {f"{n.name}({ast.unparse(n.bases[0])})" for n in tree.body
+                             if isinstance(n, ast.ClassDef) and n.name.startswith("Test") and n.bases}  # fmt: skip
+    return found
+
+
+def kit_requires() -> dict[str, set[str]]:
+    """``{module.Base...Tests: its requires}`` of the kit's conformance classes, read from its sources."""
+    found = {}
+    for path in sorted(KIT_CONFORMANCE.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and node.name.startswith("Base"):
+                requires = [n.value for n in node.body if isinstance(n, ast.Assign)
+                            and [ast.unparse(t) for t in n.targets] == ["requires"]]  # fmt: skip
+                # ``frozenset({...})``, ``frozenset()`` or none (the base's: nothing)
+                args = requires[0].args if requires and isinstance(requires[0], ast.Call) else []
+                found[f"{path.stem}.{node.name}"] = set(ast.literal_eval(args[0])) if args else set()
     return found
 
 
@@ -51,8 +67,8 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     emulator = {f"{IN_TREE_TESTS}_emulator/pyproject.toml",
                 *(f"{IN_TREE_TESTS}_emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES)}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
-        "_support.py", "conftest.py", "test_conformance.py", "test_bad_input.py", "test_cache_context.py", "test_cache_context_staging.py", "test_discovery.py", "test_e2e_engine_driven.py",
-        "test_e2e_lmcache_driven.py", "test_faults.py", "test_host_memory.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_native_pointer_mode.py", "test_ops_parity.py", "test_registry_faults.py",
+        "_support.py", "conftest.py", "test_conformance.py", "test_cache_context.py", "test_cache_context_staging.py", "test_e2e_engine_driven.py",
+        "test_e2e_lmcache_driven.py", "test_faults.py", "test_injected_faults.py", "test_ipc_wrapper.py", "test_lmcache_driven.py", "test_native_ops.py", "test_native_pointer_mode.py", "test_ops_parity.py",
         "test_streams.py")}  # fmt: skip
     assert rendered == package | suite | emulator | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
     assert not [d for d in project.rglob("*") if d.is_dir() and not any(d.iterdir())], "empty directories left behind"
@@ -112,16 +128,16 @@ def test_engine_driven_in_tree_render_needs_no_wire_patch(render: Callable[..., 
 
 
 def test_both_ownership_models_render_the_same_conformance_suite(render: Callable[..., Path], tmp_path: Path) -> None:
-    """Same test files, same tests, except the few that are about how the backend is installed."""
+    """Same test files, same tests, same subclasses of the kit's classes; the few classes about how the backend is
+    installed declare it (``requires`` wheel or in_tree), so the kit's plugin skips them under the other model."""
     wheel = suite_functions(render(lmcache_driven="default") / "tests")
     in_tree = suite_functions(render(ownership="in_tree", lmcache_driven="default") / IN_TREE_TESTS)
-    # the doctor (and its --api with the shims' release range) checks an installed wheel
-    wheel_only_files = {"test_doctor.py", "test_doctor_paths.py", "test_lmcache_surface.py"}
-    assert set(in_tree) == set(wheel) - wheel_only_files
-    wheel_tests = set().union(*(tests for name, tests in wheel.items() if name not in wheel_only_files))
-    in_tree_tests = set().union(*in_tree.values())
-    assert wheel_tests - in_tree_tests == WHEEL_ONLY_TESTS
-    assert in_tree_tests - wheel_tests == IN_TREE_ONLY_TESTS
+    assert in_tree == wheel
+    classes = kit_requires()
+    subclassed = {name.split("(")[1].rstrip(")") for name in wheel["test_conformance.py"]}
+    assert subclassed == set(classes), "subclass every kit class in test_conformance.py, and only those"
+    assert {name.split(".")[1] for name, needs in classes.items() if "wheel" in needs} == WHEEL_ONLY_CLASSES
+    assert {name.split(".")[1] for name, needs in classes.items() if "in_tree" in needs} == IN_TREE_ONLY_CLASSES
 
 
 @pytest.mark.parametrize(("ownership", "choice"), list(itertools.product(["wheel", "in_tree"], ["opt_in", "default"])))

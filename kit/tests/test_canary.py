@@ -56,12 +56,12 @@ def test_a_failure_that_names_nothing_that_moved_is_the_plugin_s_own() -> None:
 def test_an_expected_difference_is_reported_apart_and_fails_nothing(
     tmp_path: Path,
 ) -> None:
-    file, test = next(iter(EXPECTED)).split("::")
+    file, cls, test = next(iter(EXPECTED)).split("::")
     module = file.removesuffix(".py")
     junit = tmp_path / "suite.xml"
     junit.write_text(
         "<testsuites><testsuite>"
-        f'<testcase classname="tests.{module}" name="{test}@discovery">'
+        f'<testcase classname="tests.{module}.{cls}" name="{test}@discovery">'
         '<failure message="0.5.7rc2 not in tested"/></testcase>'
         '<testcase classname="tests.test_e2e" name="test_round_trip[tp1]">'
         f'<failure message="worker failed">{TYPE_ERROR}</failure></testcase>'
@@ -69,7 +69,7 @@ def test_an_expected_difference_is_reported_apart_and_fails_nothing(
         "</testsuite></testsuites>"
     )
     outcome = junit_outcome([junit])
-    assert outcome["expected"] == {f"{file}::{test}": True}
+    assert outcome["expected"] == {f"{file}::{cls}::{test}": True}
     assert list(outcome["failing"]) == ["test_e2e.py::test_round_trip[tp1]"]
     assert (outcome["tests"], outcome["failures"]) == (3, 1)
 
@@ -77,17 +77,18 @@ def test_an_expected_difference_is_reported_apart_and_fails_nothing(
 def test_on_a_tested_release_the_expected_difference_counts_as_any_failure(
     tmp_path: Path,
 ) -> None:
-    file, test = next(iter(EXPECTED)).split("::")
+    file, cls, test = next(iter(EXPECTED)).split("::")
+    module = file.removesuffix(".py")
     junit = tmp_path / "suite.xml"
     junit.write_text(
         "<testsuites><testsuite>"
-        f'<testcase classname="tests.{file.removesuffix(".py")}" name="{test}">'
+        f'<testcase classname="tests.{module}.{cls}" name="{test}">'
         '<failure message="range"/></testcase>'
         "</testsuite></testsuites>"
     )
     outcome = junit_outcome([junit], untested=False)
     assert outcome["expected"] == {} and outcome["failures"] == 1
-    assert list(outcome["failing"]) == [f"{file}::{test}"]
+    assert list(outcome["failing"]) == [f"{file}::{cls}::{test}"]
 
 
 def test_a_pre_release_past_the_newest_tested_one_is_untested() -> None:

@@ -88,3 +88,29 @@ def test_a_class_whose_backend_lacks_a_required_capability_is_skipped_with_the_r
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*SKIPPED*no native ops module*"])
+
+
+@pytest.mark.parametrize(
+    ("package", "owned"),
+    [("lmcache_bar", "wheel"), ("lmcache.v1.platform.devices.bar", "in_tree")],
+)
+def test_a_backend_is_either_a_wheel_or_in_lmcaches_tree_never_both(
+    monkeypatch: pytest.MonkeyPatch, package: str, owned: str
+) -> None:
+    """What only one ownership model can run (a wheel's entry point and doctor;
+    LMCache's scan of its own tree) is told apart by where the package lives."""
+    # First Party
+    from lmcache_device_kit import backend as kit_backend
+    from lmcache_device_kit.conformance import plugin
+
+    names = ("bar", "bar", "no_such_device_module", "", "bar slow path:")
+    backend = kit_backend.Backend(package, *names)
+    monkeypatch.setattr(kit_backend, "current", lambda: backend)
+    monkeypatch.setattr(plugin, "find_spec", lambda name: None)
+    plugin.backend_capabilities.cache_clear()
+    try:
+        found = plugin.backend_capabilities()
+    finally:
+        plugin.backend_capabilities.cache_clear()
+    assert found & {"wheel", "in_tree"} == {owned}
+    assert "device" not in found

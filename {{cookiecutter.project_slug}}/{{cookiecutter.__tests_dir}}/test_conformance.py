@@ -4,8 +4,9 @@
 Each ``Base...Tests`` class of ``lmcache_device_kit.conformance`` holds one part of
 what LMCache needs from a device backend; pytest runs a subclass's tests against the
 backend ``conftest.py`` chose. A class that needs what this backend does not have
-(its ``requires``: LMCache-driven transfer, native ops, the CPU emulator) is skipped
-with the reason. A newer kit brings its new tests with it: bump its pin.
+(its ``requires``: LMCache-driven transfer, native ops, the CPU emulator, a wheel
+of its own or a place in LMCache's tree) is skipped with the reason. A newer kit
+brings its new tests with it: bump its pin.
 
 To hold your device to more, add your own tests in files of your own
 (``tests/test_<what>.py``); to see one class's tests, read its module in the kit.
@@ -15,8 +16,59 @@ To hold your device to more, add your own tests in files of your own
 from __future__ import annotations
 
 # Third Party
-from lmcache_device_kit.conformance import backend_shape
+from lmcache_device_kit.conformance import (
+    backend_shape,
+    bad_input,
+    discovery,
+    discovery_wheel,
+    doctor,
+    doctor_live,
+    doctor_paths,
+    host_memory,
+    lmcache_surface,
+    registry_faults,
+)
 
 
 class TestBackendShape(backend_shape.BaseBackendShapeTests):
+    pass
+
+
+class TestDiscovery(discovery.BaseDiscoveryTests):
+    pass
+
+
+class TestInTreeDiscovery(discovery.BaseInTreeDiscoveryTests):
+    pass
+
+
+class TestWheelDiscovery(discovery_wheel.BaseWheelDiscoveryTests):
+    pass
+
+
+class TestRegistryFaults(registry_faults.BaseRegistryFaultsTests):
+    pass
+
+
+class TestBadInput(bad_input.BaseBadInputTests):
+    pass
+
+
+class TestHostMemory(host_memory.BaseHostMemoryTests):
+    pass
+
+
+class TestLMCacheSurface(lmcache_surface.BaseLMCacheSurfaceTests):
+    pass
+
+
+class TestDoctor(doctor.BaseDoctorTests):
+    pass
+
+
+class TestDoctorLive(doctor_live.BaseDoctorLiveTests):
+    pass
+
+
+class TestDoctorPaths(doctor_paths.BaseDoctorPathsTests):
     pass

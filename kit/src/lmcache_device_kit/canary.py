@@ -44,7 +44,8 @@ MAX_LISTED = 40
 #: release the plugin was not tested with, by design: file::test -> why. They are
 #: reported, and do not fail the canary.
 EXPECTED = {
-    "test_discovery.py::test_declared_lmcache_range_is_exactly_the_tested_releases": (
+    "test_conformance.py::TestWheelDiscovery::"
+    "test_declared_lmcache_range_is_exactly_the_tested_releases": (
         "the installed lmcache is outside the tested range by definition; it joins "
         "when the release is added to the tested ones"
     ),
@@ -101,9 +102,13 @@ def api_checks(package: str, env: dict[str, str]) -> list[dict]:
 
 
 def test_id(case: ElementTree.Element) -> str:
-    """``test_file.py::test_name[params]`` of a JUnit case (its xdist group dropped)."""
-    module = str(case.get("classname")).rsplit(".", 1)[-1]
-    return f"{module}.py::{str(case.get('name')).split('@')[0]}"
+    """``test_file.py::test_name[params]`` of a JUnit case, with its class where it has
+    one (``test_file.py::TestClass::test_name``; its xdist group dropped)."""
+    parts = str(case.get("classname")).split(".")
+    modules = [at for at, part in enumerate(parts) if part.startswith("test_")]
+    at = modules[-1] if modules else len(parts) - 1
+    path = "::".join([f"{parts[at]}.py", *parts[at + 1 :]])
+    return f"{path}::{str(case.get('name')).split('@')[0]}"
 
 
 def junit_outcome(paths: list[Path], untested: bool = True) -> dict:

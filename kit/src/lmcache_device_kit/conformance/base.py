@@ -2,9 +2,10 @@
 """What every conformance class shares: the capabilities it needs from a backend.
 
 Why it exists: a backend made from the template has some parts and not others
-(LMCache-driven transfer, native ops, a wheel of its own, the CPU emulator of its
-device). A class declares the parts its tests need in ``requires``, once, instead of
-each test skipping itself; the kit's pytest plugin reads it.
+(LMCache-driven transfer, native ops, a wheel of its own or a place in LMCache's
+tree, the CPU emulator of its device). A class declares the parts its tests need in
+``requires``, once, instead of each test skipping itself; the kit's pytest plugin
+reads it.
 
 Must not import lmcache, torch or the plugin.
 """
@@ -24,6 +25,8 @@ CAPABILITIES = {
     "(or test on the CPU emulator)",
     "emulator": "needs the CPU emulator (its test facilities: held streams, injected "
     "faults, mapping counts); run with <EMULATOR_ENV_VAR>=1",
+    "in_tree": "a plugin wheel: LMCache finds it through its entry point, not by "
+    "scanning its own tree (lmcache.v1.platform.devices)",
     "lmcache_driven": "the spec does not offer LMCache-driven transfer (engine-driven "
     "only)",
     "native_ops": "the package ships no native ops module (rendered with "

@@ -85,8 +85,8 @@ def backend_capabilities() -> frozenset[str]:
             found.add("emulator")
     if find_spec(f"{backend.package}.native_ops") is not None:
         found.add("native_ops")
-    if not backend.package.startswith("lmcache."):
-        found.add("wheel")
+    # an in-tree backend lives in LMCache's package; a plugin in a wheel of its own
+    found.add("in_tree" if backend.package.startswith("lmcache.") else "wheel")
     if "device" in found:
         # First Party
         from lmcache.v1.platform import get_device_spec

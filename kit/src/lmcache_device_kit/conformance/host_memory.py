@@ -1,0 +1,294 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The native kernels reach host memory only as a device can: pinned, at the address
+the runtime maps it at.
+
+A runtime maps pinned host memory for its kernels at the host address (CUDA's unified
+addressing) or at a separate device address (Ascend's ``aclrtHostRegister`` returns
+one), and no kernel that runs later can read pageable memory. The CPU emulator runs
+either way (``..._HOST_ALIASES=0``: the host address; by default a separate one) and
+fails the stream of a kernel given an address its device could not reach. Every test
+here runs in the suite's mode, and again, in a process of its own, in the other one
+(the last test). Skipped without native ops or without the emulator.
+
+Imports torch (as ``support.py`` does): import it from tests only, after
+``conftest.py`` set the environment; imports neither lmcache nor the plugin.
+"""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+import importlib
+import sys
+
+# Third Party
+import pytest
+import torch
+
+# First Party
+from lmcache_device_kit import backend as kit_backend
+from lmcache_device_kit.conformance.base import ConformanceTests
+from lmcache_device_kit.conformance.support import (
+    BLOCK_IDS,
+    BS,
+    KV_LAYOUTS,
+    context_transfer,
+    gather_to_cpu,
+    same_bytes,
+    seeded_kv,
+)
+from lmcache_device_kit.harness import spawn
+from lmcache_device_kit.harness.spawn import child_env
+
+#: The emulator's switch (its variable, suffixed): ``0`` maps pinned host memory at
+#: its host address.
+MODE_SUFFIX = "_HOST_ALIASES"
+NBYTES = 1 << 16
+PAGEABLE = "pageable host memory"
+SEPARATE = "separate device address"
+
+
+def device_type() -> str:
+    return kit_backend.current().device_type
+
+
+def copy_kernel(native: Any, dest: int, src: int, nbytes: int) -> None:
+    """The sample copy kernel, launched as the native ops launch it, on device 0."""
+    launch = native._launch_on(torch.device(kit_backend.current().device_type, 0))
+    native._kernels.copy_bytes(*launch, dest, src, nbytes)
+
+
+def host_bytes(fill: int) -> torch.Tensor:
+    return torch.full((NBYTES,), fill, dtype=torch.uint8)
+
+
+def transfer_direction() -> Any:
+    """The package's ``TransferDirection`` (its LMCache layer's)."""
+    package = kit_backend.current().package
+    return importlib.import_module(f"{package}._lmcache_compat").TransferDirection
+
+
+class BaseHostMemoryTests(ConformanceTests):
+    """Pinned and pageable host memory, at the addresses the runtime maps."""
+
+    requires = frozenset({"native_ops", "emulator"})
+
+    @pytest.fixture
+    def device(self, native: Any, emulator: Any) -> Iterator[Any]:
+        """The emulator; a stream failure a test provoked is forgotten afterwards."""
+        yield emulator
+        emulator.inject_faults()
+
+    def test_a_kernel_reaches_pinned_host_memory_at_the_device_address_the_runtime_gives(  # noqa: E501
+        self, native: Any, device: Any
+    ) -> None:
+        """Allocated pinned or registered, a range is read by a kernel at the address
+        ``host_device_pointer`` (cudaHostGetDevicePointer) gives: its host address where
+        the device maps it there, a separate one otherwise."""
+        allocated, registered = host_bytes(1).pin_memory(), host_bytes(2)
+        assert device.host_register(registered.data_ptr(), NBYTES)
+        try:
+            for memory in (allocated, registered):
+                address = device.host_device_pointer(memory.data_ptr() + 16)
+                same = device.host_memory_mapped_at_same_address
+                assert (address == memory.data_ptr() + 16) is same
+                target = torch.zeros(
+                    NBYTES - 16, dtype=torch.uint8, device=device_type()
+                )
+                copy_kernel(native, target.data_ptr(), address, NBYTES - 16)
+                device.synchronize()
+                assert same_bytes(target, memory[16:])
+        finally:
+            assert device.host_unregister(registered.data_ptr())
+
+    def test_a_kernel_given_host_memory_its_device_cannot_reach_fails_its_stream(
+        self, native: Any, device: Any
+    ) -> None:
+        """Pageable memory fails a kernel's stream on every runtime; so does the host
+        address of pinned memory where the device maps it elsewhere, and an access past
+        the end of a mapped range."""
+        pageable, pinned = host_bytes(3), host_bytes(4).pin_memory()
+        alias = device.host_device_pointer(pinned.data_ptr())
+        cases = [(pageable.data_ptr(), NBYTES, PAGEABLE)]
+        if not device.host_memory_mapped_at_same_address:
+            cases += [
+                (pinned.data_ptr(), NBYTES, SEPARATE),
+                (alias, NBYTES + 1, "outside"),
+            ]
+        target = torch.zeros(NBYTES + 1, dtype=torch.uint8, device=device_type())
+        for address, nbytes, reason in cases:
+            copy_kernel(native, target.data_ptr(), address, nbytes)
+            with pytest.raises(RuntimeError, match=reason):
+                device.synchronize()
+            device.inject_faults()
+        assert int(target.count_nonzero()) == 0
+
+    def test_pointer_copies_give_the_kernel_pinned_memory_and_copy_pageable_memory_at_once(  # noqa: E501
+        self, native: Any, device: Any, lmcache_driven: Any
+    ) -> None:
+        """Pointer copies from and to host memory pinned through the plugin's pin
+        backend (in two registrations, as LMCache's lazy L1) run the copy kernel at the
+        address the registration maps; pageable memory never reaches the kernel: it is
+        copied before the call returns."""
+        # First Party
+        from lmcache.v1.platform import resolve_device_ops
+
+        TransferDirection = transfer_direction()
+
+        half = NBYTES // 2
+        registered, pageable = host_bytes(5), host_bytes(6)
+        pins = lmcache_driven.pin_memory_backend()
+        halves = [registered.data_ptr(), registered.data_ptr() + half]
+        assert all(pins.pin_memory(address, half) for address in halves)
+        ops, key = resolve_device_ops(device_type()), "lmcache_memcpy_async:native"
+        on_device = torch.zeros(NBYTES, dtype=torch.uint8, device=device_type())
+        h2d, d2h = TransferDirection.H2D, TransferDirection.D2H
+        try:
+            before = native._calls[key]
+            ops.lmcache_memcpy_async(
+                on_device.data_ptr(), halves[0], NBYTES, h2d, 0, half
+            )
+            device.synchronize()
+            assert (
+                same_bytes(on_device, registered) and native._calls[key] == before + 1
+            )
+            ops.lmcache_memcpy_async(
+                on_device.data_ptr(), pageable.data_ptr(), NBYTES, h2d, 0, NBYTES
+            )
+            device.synchronize()
+            assert same_bytes(on_device, pageable)
+            back = host_bytes(0)
+            ops.lmcache_memcpy_async(
+                back.data_ptr(), on_device.data_ptr(), NBYTES, d2h, 0, NBYTES
+            )
+            assert same_bytes(back, pageable), (
+                "a pageable destination filled after return"
+            )
+            registered.zero_()
+            ops.lmcache_memcpy_async(
+                halves[0], on_device.data_ptr(), NBYTES, d2h, 0, half
+            )
+            device.synchronize()
+            assert same_bytes(registered, pageable)
+        finally:
+            assert all(pins.unpin_memory(address) for address in halves)
+
+    @pytest.mark.parametrize("chunks", ["pinned", "pageable"])
+    def test_engine_driven_kernels_read_pinned_chunks_and_pageable_ones_as_pinned_copies(  # noqa: E501
+        self, native: Any, device: Any, chunks: str
+    ) -> None:
+        """LMCache's engine-driven gather and scatter run the kernel on host chunks at
+        the address the device maps them at; pageable chunks reach it as pinned
+        temporaries, awaited before the call returns, as LMCache 0.5.7 stages them."""
+        # First Party
+        from lmcache.v1.multiprocess.transfer_context.base import (
+            gather_paged_kv_to_cpu,
+            scatter_cpu_to_paged_kv,
+        )
+
+        shape, hints = KV_LAYOUTS["flash_nhd"]
+        source = seeded_kv(shape, seed=21)
+        expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+        kv = {name: t.to(device_type()) for name, t in source.items()}
+        out = [torch.zeros_like(c, pin_memory=chunks == "pinned") for c in expected]
+        key = "multi_layer_block_kv_transfer:native"
+        before = native._calls[key]
+        gather_paged_kv_to_cpu(kv, BLOCK_IDS, 2, layout_hints=hints, out=out)
+        if chunks == "pinned":
+            device.synchronize()
+        assert all(same_bytes(o, e) for o, e in zip(out, expected, strict=True))
+        for layer in kv.values():
+            layer.zero_()
+        scatter_cpu_to_paged_kv(kv, BLOCK_IDS, out, 2, layout_hints=hints)
+        device.synchronize()
+        assert native._calls[key] == before + 2, "a transfer left the kernels"
+        back = {name: layer.cpu() for name, layer in kv.items()}
+        restored = gather_to_cpu(back, BLOCK_IDS, 2, layout_hints=hints)
+        assert all(same_bytes(r, e) for r, e in zip(restored, expected, strict=True))
+
+    def test_a_runtime_that_cannot_say_what_is_pinned_gets_lmcaches_baseline(
+        self, native: Any, device: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Without a pointer-attribute query (``host_is_pinned``) no host chunk is known
+        to be reachable by a kernel: the transfer runs on LMCache's torch baseline (the
+        slow path), byte-exact, instead of raising AttributeError at the first
+        transfer."""
+        # First Party
+        from lmcache.v1.multiprocess.transfer_context.base import (
+            gather_paged_kv_to_cpu,
+        )
+
+        monkeypatch.delattr(device, "host_is_pinned")
+        shape, hints = KV_LAYOUTS["flash_nhd"]
+        source = seeded_kv(shape, seed=22)
+        expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+        kv = {name: t.to(device_type()) for name, t in source.items()}
+        out = [torch.zeros_like(c, pin_memory=True) for c in expected]
+        key = "multi_layer_block_kv_transfer:fallback"
+        before = native._calls[key]
+        gather_paged_kv_to_cpu(kv, BLOCK_IDS, 2, layout_hints=hints, out=out)
+        device.synchronize()
+        assert all(same_bytes(o, e) for o, e in zip(out, expected, strict=True))
+        assert native._calls[key] == before + 1
+
+    def test_pointer_mode_reads_pinned_host_chunks_at_their_device_address_refuses_pageable(  # noqa: E501
+        self, native: Any, device: Any, lmcache_driven: Any
+    ) -> None:
+        """Chunk addresses in host memory pinned through the plugin's pin backend
+        (LMCache's compiled-kernel call shape) reach the kernel at their device address;
+        a pageable one is refused at the call, with the reason, before anything is
+        queued."""
+        # First Party
+        from lmcache.v1.platform.cache_context import create_cache_context
+        from lmcache.v1.platform.kv_wrap import wrap_kv_caches
+
+        TransferDirection = transfer_direction()
+
+        shape, hints = (2, 32, BS, 2, 32), {"kv_layout": "NHD"}
+        source = seeded_kv(shape, seed=22)
+        expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
+        kv = {name: t.to(device_type()) for name, t in source.items()}
+        context = create_cache_context(wrap_kv_caches(kv), 2 * BS, hints)
+        ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
+        pins = lmcache_driven.pin_memory_backend()
+        chunks = [torch.zeros_like(e) for e in expected]
+        nbytes = chunks[0].numel() * chunks[0].element_size()
+        assert all(pins.pin_memory(c.data_ptr(), nbytes) for c in chunks)
+
+        def gather(addresses: list[int]) -> None:
+            context_transfer(context, addresses, ids, TransferDirection.D2H, 2 * BS)
+
+        try:
+            gather([c.data_ptr() for c in chunks])
+            device.synchronize()
+            assert all(same_bytes(c, e) for c, e in zip(chunks, expected, strict=True))
+            pageable = [torch.zeros_like(e) for e in expected]
+            with pytest.raises(ValueError, match="pageable"):
+                gather([c.data_ptr() for c in pageable])
+            device.synchronize()
+        finally:
+            assert all(pins.unpin_memory(c.data_ptr()) for c in chunks)
+            context.close()
+
+    def test_every_test_here_also_passes_with_host_memory_mapped_the_other_way(
+        self, native: Any, device: Any, request: pytest.FixtureRequest
+    ) -> None:
+        """This class's tests again, in a process whose emulator maps pinned host memory
+        the other way (``..._HOST_ALIASES``)."""
+        other = "0" if not device.host_memory_mapped_at_same_address else "1"
+        here = request.node.path
+        selected = f"{request.node.cls.__name__} and not the_other_way"
+        argv = [sys.executable, "-m", "pytest", str(here), "-p", "no:cacheprovider"]
+        argv += ["-q", "-rs", "-n", "0", "-k", selected]
+        mode = kit_backend.current().emulator_env_var + MODE_SUFFIX
+        env = child_env({mode: other})
+        done = spawn.run(argv, env=env, timeout=300, cwd=Path(here).parent.parent)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        lines = done.stdout.strip().splitlines()
+        assert " passed" in lines[-1], lines[-1]
+        # Only what this variant lacks may skip, as it does in this process.
+        skipped = [line for line in lines if line.startswith("SKIPPED")]
+        assert all("LMCache-driven" in line for line in skipped), skipped
