@@ -15,8 +15,20 @@ To hold your device to more, add your own tests in files of your own
 from __future__ import annotations
 
 # Third Party
-from lmcache_device_kit.conformance import backend_shape
+from lmcache_device_kit.conformance import (
+    backend_shape,
+    ipc_wrapper,
+    ipc_wrapper_codecs,
+)
 
 
 class TestBackendShape(backend_shape.BaseBackendShapeTests):
+    pass
+
+
+class TestIPCWrapper(ipc_wrapper.BaseIPCWrapperTests):
+    pass
+
+
+class TestIPCWrapperCodec(ipc_wrapper_codecs.BaseIPCWrapperCodecTests):
     pass
