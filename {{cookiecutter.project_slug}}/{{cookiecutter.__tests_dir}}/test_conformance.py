@@ -17,6 +17,7 @@ from __future__ import annotations
 # Third Party
 from lmcache_device_kit.conformance import (
     backend_shape,
+    cache_context,
     ipc_wrapper,
     ipc_wrapper_codecs,
 )
@@ -31,4 +32,8 @@ class TestIPCWrapper(ipc_wrapper.BaseIPCWrapperTests):
 
 
 class TestIPCWrapperCodec(ipc_wrapper_codecs.BaseIPCWrapperCodecTests):
+    pass
+
+
+class TestCacheContext(cache_context.BaseCacheContextTests):
     pass
