@@ -56,7 +56,6 @@ EXPECTED_FILES = {
     "tests/soak.py",
     "tests/test_conformance.py",
     "tests/test_bad_input.py",
-    "tests/test_cache_context_staging.py",
     "tests/test_discovery.py",
     "tests/test_doctor.py",
     "tests/test_doctor_paths.py",

@@ -18,6 +18,7 @@ from __future__ import annotations
 from lmcache_device_kit.conformance import (
     backend_shape,
     cache_context,
+    cache_context_staging,
     ipc_wrapper,
     ipc_wrapper_codecs,
 )
@@ -36,4 +37,8 @@ class TestIPCWrapperCodec(ipc_wrapper_codecs.BaseIPCWrapperCodecTests):
 
 
 class TestCacheContext(cache_context.BaseCacheContextTests):
+    pass
+
+
+class TestCacheContextStaging(cache_context_staging.BaseCacheContextStagingTests):
     pass
