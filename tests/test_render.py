@@ -65,7 +65,6 @@ EXPECTED_FILES = {
     "tests/test_host_memory.py",
     "tests/test_registry_faults.py",
     "tests/test_injected_faults.py",
-    "tests/test_lmcache_driven.py",
     "tests/test_lmcache_surface.py",
     "tests/test_native_ops.py",
     "tests/test_native_pointer_mode.py",

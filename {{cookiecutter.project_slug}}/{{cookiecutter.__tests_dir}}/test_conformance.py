@@ -21,6 +21,7 @@ from lmcache_device_kit.conformance import (
     cache_context_staging,
     ipc_wrapper,
     ipc_wrapper_codecs,
+    lmcache_driven,
 )
 
 
@@ -41,4 +42,12 @@ class TestCacheContext(cache_context.BaseCacheContextTests):
 
 
 class TestCacheContextStaging(cache_context_staging.BaseCacheContextStagingTests):
+    pass
+
+
+class TestTransferRouting(lmcache_driven.BaseTransferRoutingTests):
+    pass
+
+
+class TestLMCacheDriven(lmcache_driven.BaseLMCacheDrivenTests):
     pass
