@@ -22,6 +22,7 @@ from lmcache_device_kit.conformance import (
     ipc_wrapper,
     ipc_wrapper_codecs,
     lmcache_driven,
+    stream_order,
 )
 
 
@@ -50,4 +51,8 @@ class TestTransferRouting(lmcache_driven.BaseTransferRoutingTests):
 
 
 class TestLMCacheDriven(lmcache_driven.BaseLMCacheDrivenTests):
+    pass
+
+
+class TestStreamOrder(stream_order.BaseStreamOrderTests):
     pass
