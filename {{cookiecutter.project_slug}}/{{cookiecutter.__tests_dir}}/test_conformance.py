@@ -22,6 +22,8 @@ from lmcache_device_kit.conformance import (
     ipc_wrapper,
     ipc_wrapper_codecs,
     lmcache_driven,
+    ops_parity,
+    ops_pointers,
     stream_order,
 )
 
@@ -55,4 +57,12 @@ class TestLMCacheDriven(lmcache_driven.BaseLMCacheDrivenTests):
 
 
 class TestStreamOrder(stream_order.BaseStreamOrderTests):
+    pass
+
+
+class TestOpsParity(ops_parity.BaseOpsParityTests):
+    pass
+
+
+class TestOpsPointer(ops_pointers.BaseOpsPointerTests):
     pass
