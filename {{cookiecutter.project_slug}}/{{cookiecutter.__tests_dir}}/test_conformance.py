@@ -22,6 +22,8 @@ from lmcache_device_kit.conformance import (
     ipc_wrapper,
     ipc_wrapper_codecs,
     lmcache_driven,
+    native_ops,
+    native_transfers,
     ops_parity,
     ops_pointers,
     stream_order,
@@ -65,4 +67,12 @@ class TestOpsParity(ops_parity.BaseOpsParityTests):
 
 
 class TestOpsPointer(ops_pointers.BaseOpsPointerTests):
+    pass
+
+
+class TestNativeOps(native_ops.BaseNativeOpsTests):
+    pass
+
+
+class TestNativeTransfers(native_transfers.BaseNativeTransfersTests):
     pass
