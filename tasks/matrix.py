@@ -24,8 +24,7 @@ from tasks.variants import NEWEST, OPTIONS, combination_id
 
 #: The rendered suite's files that need no server.
 UNIT_SUITE = (
-    "test_conformance.py", "test_discovery.py",
-    "test_native_pointer_mode.py", "test_host_memory.py",
+    "test_conformance.py", "test_discovery.py", "test_host_memory.py",
 )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from lmcache_device_kit.conformance import (
     ipc_wrapper_codecs,
     lmcache_driven,
     native_ops,
+    native_pointer_mode,
     native_transfers,
     ops_parity,
     ops_pointers,
@@ -75,4 +76,8 @@ class TestNativeOps(native_ops.BaseNativeOpsTests):
 
 
 class TestNativeTransfers(native_transfers.BaseNativeTransfersTests):
+    pass
+
+
+class TestNativePointerMode(native_pointer_mode.BaseNativePointerModeTests):
     pass
