@@ -25,8 +25,7 @@ from tasks.variants import NEWEST, OPTIONS, combination_id
 #: The rendered suite's files that need no server (test_conformance.py's classes that start servers
 #: are deselected: ``run_suite(server_free=True)``).
 UNIT_SUITE = (
-    "test_conformance.py", "test_ops_parity.py", "test_ipc_wrapper.py", "test_cache_context.py", "test_cache_context_staging.py",
-    "test_lmcache_driven.py", "test_native_ops.py", "test_native_pointer_mode.py",
+    "test_conformance.py",
 )  # fmt: skip
 
 

@@ -5,8 +5,8 @@
 ops instance, replacing the torch-baseline op of the same name. So:
 
 * public names here must be ``lmcache.v1.platform.torch_ops`` function names,
-  with the same parameters in the same order (``tests/test_native_ops.py``
-  checks this contract);
+  with the same parameters in the same order (``tests/test_conformance.py``'s
+  ``TestNativeOps`` checks this contract);
 * helpers are ``_``-prefixed, so they are not bound, and so are LMCache's types
   (reached through ``_compat``): a public type here would land on
   ``lmcache.device_ops``, where LMCache detects features with ``hasattr``;

@@ -19,14 +19,25 @@ from __future__ import annotations
 from lmcache_device_kit.conformance import (
     backend_shape,
     bad_input,
+    cache_context,
+    cache_context_staging,
     discovery,
     discovery_wheel,
     doctor,
     doctor_live,
     doctor_paths,
     host_memory,
+    ipc_wrapper,
+    ipc_wrapper_codecs,
+    lmcache_driven,
     lmcache_surface,
+    native_ops,
+    native_pointer_mode,
+    native_transfers,
+    ops_parity,
+    ops_pointers,
     registry_faults,
+    stream_order,
 )
 
 
@@ -71,4 +82,52 @@ class TestDoctorLive(doctor_live.BaseDoctorLiveTests):
 
 
 class TestDoctorPaths(doctor_paths.BaseDoctorPathsTests):
+    pass
+
+
+class TestIPCWrapper(ipc_wrapper.BaseIPCWrapperTests):
+    pass
+
+
+class TestIPCWrapperCodec(ipc_wrapper_codecs.BaseIPCWrapperCodecTests):
+    pass
+
+
+class TestCacheContext(cache_context.BaseCacheContextTests):
+    pass
+
+
+class TestCacheContextStaging(cache_context_staging.BaseCacheContextStagingTests):
+    pass
+
+
+class TestTransferRouting(lmcache_driven.BaseTransferRoutingTests):
+    pass
+
+
+class TestLMCacheDriven(lmcache_driven.BaseLMCacheDrivenTests):
+    pass
+
+
+class TestStreamOrder(stream_order.BaseStreamOrderTests):
+    pass
+
+
+class TestOpsParity(ops_parity.BaseOpsParityTests):
+    pass
+
+
+class TestOpsPointer(ops_pointers.BaseOpsPointerTests):
+    pass
+
+
+class TestNativeOps(native_ops.BaseNativeOpsTests):
+    pass
+
+
+class TestNativeTransfers(native_transfers.BaseNativeTransfersTests):
+    pass
+
+
+class TestNativePointerMode(native_pointer_mode.BaseNativePointerModeTests):
     pass

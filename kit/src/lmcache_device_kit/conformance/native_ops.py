@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The native ops module honours the guide's integration contract (Part 2): bound
+over the baseline, nothing but baseline ops, and a soft fall back.
+
+Gated on the package shipping ``native_ops`` (``requires``): without it the class is
+skipped with the reason. When it ships, the ops must really be bound (a build that
+silently fell back to the baseline fails here). Their transfers are
+``native_transfers.py``.
+
+Imports torch; lmcache and the plugin only inside tests.
+"""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from typing import Any
+import importlib
+import inspect
+import textwrap
+
+# Third Party
+import pytest
+
+# First Party
+from lmcache_device_kit import backend as kit_backend
+from lmcache_device_kit.conformance.base import ConformanceTests
+from lmcache_device_kit.conformance.support import run_python
+
+#: Names of LMCache's own native module that must never appear on a device's ops, as
+#: LMCache's own test checks:
+#: tests/v1/platform/test_device_ops.py::test_package_exports_resolved_device_ops.
+NATIVE_ONLY_NAMES = (
+    "TransferDirection",
+    "EngineKVFormat",
+    "GPUKVFormat",
+    "is_cross_layer",
+    "is_kv_list",
+    "is_layer_list",
+    "is_mla",
+)
+
+
+def device_ops() -> Any:
+    """The ops LMCache resolves for the backend's device."""
+    # First Party
+    from lmcache.v1.platform import resolve_device_ops
+
+    return resolve_device_ops(kit_backend.current().device_type)
+
+
+class BaseNativeOpsTests(ConformanceTests):
+    """The binding: what the native module binds, and what happens when it cannot."""
+
+    requires = frozenset({"native_ops"})
+
+    def test_native_ops_are_bound_over_the_baseline(self, native: Any) -> None:
+        """ensure_native() bound the module: the ops instance calls the native
+        functions."""
+        ops = device_ops()
+        assert ops._native_bound is True
+        assert ops.multi_layer_block_kv_transfer is native.multi_layer_block_kv_transfer
+        assert ops.lmcache_memcpy_async is native.lmcache_memcpy_async
+
+    def test_every_public_native_symbol_is_a_baseline_op_with_its_parameters(
+        self, native: Any
+    ) -> None:
+        """bind_native binds every public callable and type: each must be a torch_ops
+        function, same parameters in order."""
+        # First Party
+        from lmcache.v1.platform import torch_ops
+
+        public = {
+            name: getattr(native, name)
+            for name in dir(native)
+            if not name.startswith("_")
+        }
+        bindable = {
+            n: f for n, f in public.items() if callable(f) or isinstance(f, type)
+        }
+        assert bindable, "the native module binds no op"
+        for name, fn in bindable.items():
+            assert not isinstance(fn, type), (
+                f"type {name} is public: bind_native would put it on lmcache.device_ops"
+            )
+            assert hasattr(torch_ops, name), (
+                f"{name} is not a torch_ops function: bind_native would add a stray op"
+            )
+            ours = list(inspect.signature(fn).parameters)
+            theirs = list(inspect.signature(getattr(torch_ops, name)).parameters)
+            assert ours == theirs, f"{name}{ours} differs from torch_ops.{name}{theirs}"
+
+    def test_bound_ops_gain_none_of_the_names_lmcache_keeps_off_device_ops(
+        self, native: Any
+    ) -> None:
+        """LMCache detects features with hasattr(device_ops, ...); its own
+        test_device_ops.py forbids these names."""
+        ops = device_ops()
+        assert ops._native_bound is True
+        assert [name for name in NATIVE_ONLY_NAMES if hasattr(ops, name)] == []
+        assert hasattr(ops, "PageBufferShapeDesc")
+
+    def test_engine_driven_keeps_tensor_mode_with_native_ops(self, native: Any) -> None:
+        """LMCache still passes tensors (not raw pinned pointers) to the bound transfer
+        op."""
+        # First Party
+        from lmcache.v1.multiprocess.transfer_context.base import (
+            _detect_block_transfer_accepts_tensor,
+        )
+        import lmcache
+
+        op = device_ops().multi_layer_block_kv_transfer
+        if inspect.signature(
+            _detect_block_transfer_accepts_tensor
+        ).parameters:  # lmcache 0.5.6: asks per callable
+            assert _detect_block_transfer_accepts_tensor(op) is True
+        else:  # lmcache 0.5.4/0.5.5: inspects the process-wide lmcache.device_ops
+            assert lmcache.device_ops.multi_layer_block_kv_transfer == op
+            assert _detect_block_transfer_accepts_tensor() is True
+
+    @pytest.mark.parametrize(
+        ("breakage", "fix"),
+        [
+            # As if the wheel was built without a compiler:
+            ('sys.modules[PACKAGE + "._kernels"] = None', "--no-isolation"),
+            # A vendor's runtime before the kernels' launch is ported to it:
+            (
+                "import torch; runtime = getattr(torch, TORCH_MODULE, None); "
+                "runtime and delattr(runtime, 'kernel_launcher')",
+                "native_ops._launch_on",
+            ),
+        ],
+        ids=["no-compiled-module", "no-kernel-launch"],
+    )
+    def test_native_ops_that_cannot_run_fail_soft_to_the_baseline(
+        self, native: Any, breakage: str, fix: str
+    ) -> None:
+        """Without the compiled kernels, or on a runtime without the launch entry point
+        they use, LMCache still loads the plugin, on the baseline, and says what to
+        fix."""
+        backend = kit_backend.current()
+        code = textwrap.dedent(
+            f"""
+            import sys
+            PACKAGE = "{backend.package}"
+            TORCH_MODULE = "{backend.torch_module_name}"
+            {breakage}
+            import lmcache
+            from lmcache.v1.platform import resolve_device_ops
+            ops = resolve_device_ops("{backend.device_type}")
+            print(type(ops).__name__, ops._native_bound, hasattr(lmcache, "device_ops"))
+            """
+        )
+        done = run_python(code)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split()[-2:] == ["False", "True"]
+        assert f"{backend.slow_path_mark} native ops not bound" in done.stderr
+        assert fix in done.stderr
+
+    def test_native_switch_keeps_the_baseline(self, native: Any) -> None:
+        """The ops module's NATIVE_ENV_VAR=0 keeps LMCache's torch baseline (for
+        comparisons and bisecting)."""
+        backend = kit_backend.current()
+        ops_module = importlib.import_module(type(device_ops()).__module__)
+        done = run_python(
+            "import lmcache; from lmcache.v1.platform import resolve_device_ops; "
+            f"print(resolve_device_ops('{backend.device_type}')._native_bound)",
+            {ops_module.NATIVE_ENV_VAR: "0"},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.strip().splitlines()[-1] == "False"
