@@ -93,7 +93,7 @@ PARTS = (
     Part(
         "LMCache's per-device tests, ported to a wheel's LMCache-driven parts",
         {"lmcache_driven": LMCACHE_DRIVEN, "ownership": ("wheel",)},
-        (f"{TESTS}/lmcache_ports",),
+        (f"{TESTS}/test_lmcache_ports.py",),
     ),
 )
 

@@ -61,7 +61,7 @@ REPRESENTATIVE = "native-lmcache-driven"
 #: and in ``generate_and_test`` (the multiprocess one starts servers for one to two minutes).
 CONTRACT_SUITES = ("platform", "multiprocess", "devices")
 #: The platform suite (its sdist) and the devices one: LMCache's per-device tests, ported to the plugin
-#: (tests/lmcache_ports/, no sdist; about 9 s).
+#: (the kit's classes, subclassed in tests/test_lmcache_ports.py; no sdist; about 9 s).
 QUICK_CONTRACT_SUITES = ("platform", "devices")
 #: What ``lmcache_releases`` proves on a release older than the newest (``-- all``: every wheel variant):
 #: the variants whose code differs by release. The compat layer's capability spellings, wire format

@@ -131,7 +131,8 @@ def test_both_ownership_models_render_the_same_conformance_suite(render: Callabl
     installed declare it (``requires`` wheel or in_tree), so the kit's plugin skips them under the other model."""
     wheel = suite_functions(render(lmcache_driven="default") / "tests")
     in_tree = suite_functions(render(ownership="in_tree", lmcache_driven="default") / IN_TREE_TESTS)
-    assert in_tree == wheel
+    # the kit's contract runner runs the ported LMCache tests (its devices suite) against an installed wheel
+    assert in_tree == {name: tests for name, tests in wheel.items() if name != "test_lmcache_ports.py"}
     classes = kit_requires()
     subclassed = {name.split("(")[1].rstrip(")") for name in wheel["test_conformance.py"]}
     assert subclassed == set(classes), "subclass every kit class in test_conformance.py, and only those"

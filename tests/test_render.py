@@ -70,16 +70,9 @@ LMCACHE_DRIVEN_FILES = {
                  "_lmcache_compat/kv_layout",
                  "_lmcache_compat/wire")
 }
-#: LMCache's per-device tests ported to the plugin (the contract's devices suite): wheels with LMCache-driven classes.
-PORTED_FILES = {
-    f"tests/lmcache_ports/{name}"
-    for name in ("README.md", "_ports_support.py", "test_cuda_ipc_wrapper.py", "test_cuda_pin_memory.py",
-                 "test_cuda_tensor_from_ptr.py",
-                 "test_event_ipc_ordering.py", "test_gpu_cache_context.py", "test_musa_event_ipc.py",
-                 "test_musa_pin_memory.py", "test_musa_pointer_transfer.py",
-                 "test_npu_cache_context.py", "test_npu_device_ops_ordering.py", "test_npu_event_ipc.py",
-                 "test_npu_ipc_wrapper.py", "test_npu_pin_memory.py", "test_npu_tensor_from_ptr.py")
-}
+#: LMCache's per-device tests ported to a plugin (the kit's conformance.ports), subclassed: the contract's devices
+#: suite, in wheels with LMCache-driven classes.
+PORTED_FILES = {"tests/test_lmcache_ports.py"}
 LMCACHE_DRIVEN_FILES |= PORTED_FILES
 
 

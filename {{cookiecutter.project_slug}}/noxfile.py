@@ -18,7 +18,7 @@ Sessions:
   lmcache_contract  LMCache's own device-generic tests (tests/v1/platform and the
              tests/v1/multiprocess files that use the device, from the release's sdist)
 {%- if cookiecutter.lmcache_driven != 'no' %}
-             and its per-device tests ported here (tests/lmcache_ports/)
+             and its per-device tests ported (tests/test_lmcache_ports.py)
 {%- endif %}
              against the installed wheel, run by the kit
              (python -m lmcache_device_kit.contract: its lmcache_contract.toml lists

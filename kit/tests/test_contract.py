@@ -25,6 +25,7 @@ import pytest
 
 # First Party
 from lmcache_device_kit.backend import PACKAGE_ENV_VAR
+from lmcache_device_kit.conformance import ports as ported
 from lmcache_device_kit.contract import project as projects
 from lmcache_device_kit.contract.not_applicable import for_release, load
 from lmcache_device_kit.contract.pytest_plugin import SETTINGS_ENV_VAR, this_pass
@@ -53,16 +54,14 @@ def backend_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
 
 
-def project_with(
-    tmp_path: Path, ports: dict[str, str], toml: str | None = None
-) -> Path:
-    """A project: a pyproject.toml, its ``tests/lmcache_ports/`` files and, if given,
-    its own ``tests/lmcache_contract.toml``."""
+def project_with(tmp_path: Path, ports: str | None, toml: str | None = None) -> Path:
+    """A project: a pyproject.toml, its ``tests/test_lmcache_ports.py`` (the ports'
+    subclasses) if given and, if given, its own ``tests/lmcache_contract.toml``."""
     root = tmp_path / "project"
-    (root / "tests" / "lmcache_ports").mkdir(parents=True)
+    (root / "tests").mkdir(parents=True)
     (root / "pyproject.toml").write_text('[project]\nname = "p"\n')
-    for name, text in ports.items():
-        (root / "tests" / "lmcache_ports" / name).write_text(text)
+    if ports is not None:
+        (root / "tests" / projects.PORTS_FILE).write_text(ports)
     if toml is not None:
         (root / "tests" / "lmcache_contract.toml").write_text(toml)
     return root
@@ -170,10 +169,11 @@ def test_the_sdist_s_device_generic_tests_are_unpacked_and_the_others_set_aside(
 def test_a_project_is_found_around_the_current_directory_with_its_optional_files(
     tmp_path: Path,
 ) -> None:
-    root = project_with(tmp_path, {"README.md": ""})
-    assert projects.find_project(root / "tests" / "lmcache_ports") == root
-    assert projects.ported_tests(root) == root / "tests" / "lmcache_ports"
+    root = project_with(tmp_path, "")
+    assert projects.find_project(root / "tests") == root
+    assert projects.ported_tests(root) == root / "tests" / "test_lmcache_ports.py"
     assert projects.own_not_applicable(root) is None
+    assert projects.ported_tests(project_with(tmp_path / "other", None)) is None
     assert (
         projects.find_project(tmp_path) is None and projects.ported_tests(None) is None
     )
@@ -194,33 +194,33 @@ def test_the_devices_suite_runs_the_projects_ports_counted_apart_with_their_depa
 ) -> None:
     root = project_with(
         tmp_path,
-        {
-            "README.md": "# Ports\n\n## Departures\n\n- test_two.py: a departure\n",
-            "test_one.py": "def test_one():\n    pass\n",
-            "test_two.py": "def test_two():\n    pass\n\ndef test_three():\n    pass\n",
-        },
+        "class TestOne:\n    def test_one(self):\n        pass\n\n"
+        "class TestTwo:\n    def test_two(self):\n        pass\n\n"
+        "    def test_three(self):\n        pass\n",
     )
     work = tmp_path / "work"
     args = [*DEVICES_ONLY, "--work", str(work)]
     # the ports: those of the project around the current directory
     done = contract(args, root / "tests", backend_env)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "devices (ported, lmcache_ports/)" in done.stdout
+    assert "devices (ported, test_lmcache_ports.py)" in done.stdout
     assert "3 tests: 3 passed, 0 failed, 0 skipped" in done.stdout
-    assert "- test_two.py: a departure" in done.stdout
+    # the kit's ports' departures, whatever the project subclasses
+    assert ported.departures().strip() in done.stdout
     assert [p.name for p in work.glob("contract-*.xml")] == ["contract-devices.xml"]
 
 
 def test_a_failing_port_fails_the_run_and_a_devices_suite_without_ports_is_refused(
     tmp_path: Path, backend_env: dict[str, str]
 ) -> None:
-    root = project_with(tmp_path, {"test_one.py": "def test_one():\n    assert 0\n"})
+    root = project_with(tmp_path, "def test_one():\n    assert 0\n")
     args = [*DEVICES_ONLY, "--work", str(tmp_path / "w")]
-    ports = ["--ports", str(root.relative_to(tmp_path) / "tests" / "lmcache_ports")]
+    file = root.relative_to(tmp_path) / "tests" / projects.PORTS_FILE
+    ports = ["--ports", str(file)]
     failed = contract([*args, *ports], tmp_path, backend_env)  # relative to cwd
     assert failed.returncode == 1 and "1 tests: 0 passed, 1 failed" in failed.stdout
     refused = contract(args, tmp_path, backend_env)  # no project here, no --ports
-    assert refused.returncode != 0 and "pass --ports DIR" in refused.stderr
+    assert refused.returncode != 0 and "pass --ports PATH" in refused.stderr
 
 
 def test_a_pass_whose_lmcache_ops_are_not_the_plugins_is_stopped_before_it_runs(

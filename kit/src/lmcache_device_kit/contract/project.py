@@ -3,9 +3,10 @@
 
 Why a module of its own: the contract runner and the canary find a project's files
 the same way. The kit runs the project's own conformance suite (``tests/``), its
-ports of LMCache's per-device tests (``tests/lmcache_ports/``, the contract's
-``devices`` suite) and reads the LMCache tests the project declares not applicable
-on top of the kit's (``tests/lmcache_contract.toml``, optional).
+subclasses of the kit's ports of LMCache's per-device tests
+(``tests/test_lmcache_ports.py``, the contract's ``devices`` suite) and reads the
+LMCache tests the project declares not applicable on top of the kit's
+(``tests/lmcache_contract.toml``, optional).
 
 Imports only the standard library.
 """
@@ -18,8 +19,9 @@ from pathlib import Path
 
 #: A project's conformance suite, under its root.
 TESTS_DIR = "tests"
-#: LMCache's per-device tests ported to the plugin, under the suite.
-PORTS_DIR = "lmcache_ports"
+#: LMCache's per-device tests ported to the plugin (the project's subclasses of
+#: ``lmcache_device_kit.conformance.ports``), under the suite.
+PORTS_FILE = "test_lmcache_ports.py"
 #: The project's own not-applicable LMCache tests, under the suite (optional).
 NOT_APPLICABLE_FILE = "lmcache_contract.toml"
 
@@ -34,9 +36,9 @@ def find_project(start: Path | None = None) -> Path | None:
 
 
 def ported_tests(project: Path | None) -> Path | None:
-    """The project's ``tests/lmcache_ports/``, if it has one."""
-    ports = project / TESTS_DIR / PORTS_DIR if project else None
-    return ports if ports is not None and ports.is_dir() else None
+    """The project's ``tests/test_lmcache_ports.py``, if it has one."""
+    ports = project / TESTS_DIR / PORTS_FILE if project else None
+    return ports if ports is not None and ports.is_file() else None
 
 
 def own_not_applicable(project: Path | None) -> Path | None:

@@ -16,9 +16,11 @@ list every LMCache test that does not apply as LMCache runs it, each with its re
 reach the plugin's ops fails.
 
 ``devices``: LMCache's per-device tests (``tests/v1/platform/devices/{cuda,npu,musa}``)
-that test a backend's behaviour, ported to the plugin in the project's
-``tests/lmcache_ports/`` (``--ports``; its README lists every departure, printed
-after the run); they need no sdist, and are counted apart.
+that test a backend's behaviour, ported to a plugin as the kit's base classes
+(``lmcache_device_kit.conformance.ports``), which the project subclasses in its
+``tests/test_lmcache_ports.py`` (``--ports``); the ports' README, shipped with the
+kit, lists every departure, printed after the run. They need no sdist, and are
+counted apart.
 
 Every suite by default (the multiprocess one takes a few minutes: it starts LMCache
 servers; ``devices`` when the project has ports). Exit status 0 only when every pass
@@ -44,6 +46,7 @@ import tarfile
 
 # First Party
 from lmcache_device_kit import backend as kit_backend
+from lmcache_device_kit.conformance import ports as ported
 from lmcache_device_kit.contract import project as projects
 from lmcache_device_kit.contract.not_applicable import SKIP_MARK, load
 from lmcache_device_kit.contract.pytest_plugin import SETTINGS_ENV_VAR
@@ -162,7 +165,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--ports",
         type=Path,
-        help="the ported LMCache tests (default: the project's tests/lmcache_ports)",
+        help="the ported LMCache tests: the test file (or directory) subclassing "
+        "the kit's ports (default: the project's tests/test_lmcache_ports.py)",
     )
     kit_backend.add_package_option(parser)
     parser.add_argument("pytest_args", nargs="*")
@@ -180,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     release = version("lmcache")
     listing = load(release, projects.own_not_applicable(project))
     suites = options.suite or [*SUITES, *([DEVICES] if ports else [])]
-    if DEVICES in suites and (ports is None or not ports.is_dir()):
-        sys.exit(f"--suite {DEVICES}: no ported tests at {ports}; pass --ports DIR")
+    if DEVICES in suites and (ports is None or not ports.exists()):
+        sys.exit(f"--suite {DEVICES}: no ported tests at {ports}; pass --ports PATH")
     sdist = [name for name in suites if name in SUITES]
     scratch = options.work / f"lmcache-{release}"
     archive = fetch_sdist(release, cache_dir(backend.package)) if sdist else None
@@ -227,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             passes[name] = run_pass(scratch, report, env, args)
     if DEVICES in suites and ports is not None:
         # LMCache's per-device tests, ported: run from the project, in one process.
-        passes[f"devices (ported, {ports.name}/)"] = run_pass(
+        passes[f"devices (ported, {ports.name})"] = run_pass(
             options.work, junit / "contract-devices.xml", {**base, **by_name}, args,
             paths=[str(ports)],
         )  # fmt: skip
@@ -235,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     uncollected = [p for p in listing.not_collected if sdist and (scratch / p).exists()]
     said = f": {', '.join(uncollected)}" if uncollected else ""
     print(f"  not collected ({SKIP_MARK}): {len(uncollected)} file(s){said}")
-    if DEVICES in suites and ports is not None and (ports / "README.md").exists():
-        print((ports / "README.md").read_text().partition("## Departures")[2])
+    if DEVICES in suites:
+        print(ported.departures())
     ran_everywhere = all(
         counts["tests"] > counts["skipped"]
         for counts in passes.values()

@@ -95,6 +95,18 @@ HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
     "get_message_codecs": (
         (f"{GRPC}.codecs.common", "get_message_codecs", "0.5.6", None),
     ),
+    # What the ports of LMCache's per-device tests (conformance/ports) use besides.
+    "resolve_kv_wrapper_factory": (
+        ("lmcache.v1.platform", "resolve_kv_wrapper_factory", None, None),
+    ),
+    "EventIPCBackend": (
+        ("lmcache.v1.platform.base.event_ipc", "EventIPCBackend", None, None),
+    ),
+    "distributed_config": (("lmcache.v1.distributed.config", None, None, None),),
+    "L1MemoryManagerConfig": (
+        ("lmcache.v1.distributed.config", "L1MemoryManagerConfig", None, None),
+    ),
+    "lmcache_native": (("lmcache.lmcache_native", None, None, None),),
 }
 
 #: How the harness calls LMCache, newest release first: a class or method whose
