@@ -29,8 +29,9 @@ CAPABILITIES = {
     "scanning its own tree (lmcache.v1.platform.devices)",
     "lmcache_driven": "the spec does not offer LMCache-driven transfer (engine-driven "
     "only)",
-    "native_ops": "the package ships no native ops module (rendered with "
-    "native_ops=no)",
+    "native_ops": "no native ops here: the package ships no native ops module "
+    "(rendered with native_ops=no), or its switch (device_ops.NATIVE_ENV_VAR=0) keeps "
+    "LMCache's torch baseline",
     "wheel": "an in-tree backend: no wheel, entry point or doctor of its own",
 }
 

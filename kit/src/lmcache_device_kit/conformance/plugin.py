@@ -83,7 +83,7 @@ def backend_capabilities() -> frozenset[str]:
         found.add("device")
         if getattr(backend.torch_module(), "is_emulator", False):
             found.add("emulator")
-    if find_spec(f"{backend.package}.native_ops") is not None:
+    if find_spec(f"{backend.package}.native_ops") is not None and native_switched_on():
         found.add("native_ops")
     # an in-tree backend lives in LMCache's package; a plugin in a wheel of its own
     found.add("in_tree" if backend.package.startswith("lmcache.") else "wheel")
@@ -99,6 +99,17 @@ def backend_capabilities() -> frozenset[str]:
         ):
             found.add("lmcache_driven")
     return frozenset(found)
+
+
+def native_switched_on() -> bool:
+    """Whether the ops bind the native module: their switch (``NATIVE_ENV_VAR`` of the
+    package's ``device_ops``, when it has one) is not ``0``."""
+    # Standard
+    import importlib
+
+    ops = importlib.import_module(f"{kit_backend.current().package}.device_ops")
+    switch = getattr(ops, "NATIVE_ENV_VAR", "")
+    return not switch or os.environ.get(switch) != "0"
 
 
 def pytest_report_header() -> list[str]:
