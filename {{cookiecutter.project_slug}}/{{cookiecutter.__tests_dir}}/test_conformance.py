@@ -15,8 +15,39 @@ To hold your device to more, add your own tests in files of your own
 from __future__ import annotations
 
 # Third Party
-from lmcache_device_kit.conformance import backend_shape
+from lmcache_device_kit.conformance import (
+    backend_shape,
+    e2e_engine_driven,
+    e2e_hybrid,
+    e2e_lmcache_driven,
+    faults,
+    injected_faults,
+)
 
 
 class TestBackendShape(backend_shape.BaseBackendShapeTests):
+    pass
+
+
+class TestE2EEngineDriven(e2e_engine_driven.BaseE2EEngineDrivenTests):
+    pass
+
+
+class TestE2ELMCacheDriven(e2e_lmcache_driven.BaseE2ELMCacheDrivenTests):
+    pass
+
+
+class TestE2EHybridModel(e2e_hybrid.BaseE2EHybridModelTests):
+    pass
+
+
+class TestFaults(faults.BaseFaultsTests):
+    pass
+
+
+class TestInjectedFaults(injected_faults.BaseInjectedFaultsTests):
+    pass
+
+
+class TestInjectedServerFaults(injected_faults.BaseInjectedServerFaultsTests):
     pass
