@@ -90,12 +90,9 @@ PARTS = (
     ),
     Part("the CPU emulator of torch.<device>", {"emulator": ("yes",)}, ("{{cookiecutter.__emulator_dir}}",)),
     Part(
-        "the tests of what only a wheel has: the doctor, the release surface, the soak",
+        "the tests of what only a wheel has: the doctor, the release surface",
         {"ownership": ("wheel",)},
-        tuple(
-            f"{TESTS}/{name}"
-            for name in ("soak.py", "test_doctor.py", "test_doctor_paths.py", "test_lmcache_surface.py")
-        ),
+        tuple(f"{TESTS}/{name}" for name in ("test_doctor.py", "test_doctor_paths.py", "test_lmcache_surface.py")),
     ),
     Part(
         "LMCache's per-device tests, ported to a wheel's LMCache-driven parts",

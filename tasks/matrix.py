@@ -22,7 +22,8 @@ from tasks.project import check_statically, emulator_distribution, install_emula
 from tasks.suite import run_suite
 from tasks.variants import NEWEST, OPTIONS, combination_id
 
-#: The rendered suite's files that need no server.
+#: The rendered suite's files that need no server (test_conformance.py's classes that start servers are
+#: deselected: ``-m "not servers"``).
 UNIT_SUITE = (
     "test_conformance.py", "test_discovery.py", "test_ops_parity.py", "test_ipc_wrapper.py", "test_cache_context.py", "test_cache_context_staging.py",
     "test_lmcache_driven.py", "test_native_ops.py", "test_native_pointer_mode.py", "test_host_memory.py",
@@ -49,7 +50,7 @@ def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
                 install_render(session, env, project)
             with timings.step("server-free suite") as step:
                 step.result = str(run_suite(session, env, tests, work, env_vars, device_present=emulator,
-                                            serial=not emulator))  # fmt: skip
+                                            serial=not emulator, marks="not servers"))  # fmt: skip
             return
         patches = wire_patches(project)
         if (ctx["lmcache_driven"] != "no") != bool(patches):
@@ -63,7 +64,7 @@ def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
         with timings.step("overlay onto lmcache; server-free suite") as step:
             with env.overlaid(session, project, ctx["backend_name"]):
                 outcome = run_suite(session, env, tests, work, env_vars, device_present=emulator, own_settings=False,
-                                    serial=not emulator)  # fmt: skip
+                                    serial=not emulator, marks="not servers")  # fmt: skip
             step.result = str(outcome)
 
 

@@ -33,19 +33,19 @@ class Outcome:
 
 def run_suite(
     session: nox.Session, env: ReleaseEnv, tests: list[Path], work: Path, env_vars: dict[str, str | None],
-    *, device_present: bool, own_settings: bool = True, serial: bool = False,
+    *, device_present: bool, own_settings: bool = True, serial: bool = False, marks: str | None = None,
 ) -> Outcome:  # fmt: skip
     """Run the suite from an empty directory (nothing may resolve to the source tree) and count it.
 
     ``own_settings``: the suite's own pytest settings apply (a wheel's pyproject);
     otherwise PYTEST_ARGS are passed. ``serial``: one process (a few device-free
     tests cost less than starting xdist's workers). Without a device, the device-free
-    tests must have run and the rest been skipped.
+    tests must have run and the rest been skipped. ``marks``: a ``-m`` expression.
     """
     run_dir = work / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     junit = work / "junit.xml"
-    extra = (() if own_settings else PYTEST_ARGS) + (("-n", "0") if serial else ())
+    extra = (() if own_settings else PYTEST_ARGS) + (("-n", "0") if serial else ()) + (("-m", marks) if marks else ())
     with session.chdir(run_dir):
         env.run_logged(session, work / "suite.log", "python", "-m", "pytest", "-p", "no:cacheprovider", "-ra",
                        f"--junitxml={junit}", *extra, *map(str, tests), env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
