@@ -172,7 +172,7 @@ def bench(session: nox.Session) -> None:
     project = render(session, env, work / "rendered", VARIANTS[REPRESENTATIVE])
     install_render(session, env, project)
     with session.chdir(work):
-        env.run(session, "python", str(ROOT / "benchmarks" / "transfer_bench.py"), "--project", str(project),
+        env.run(session, "python", str(ROOT / "benchmarks" / "transfer_bench.py"), "--package", context(project)["__package"],
                 "--out", str(ROOT / "bench-results"), *session.posargs,
                 env={"OMP_NUM_THREADS": "1", context(project)["__emulator_env_var"]: "1"})  # fmt: skip
 
