@@ -172,7 +172,7 @@ def bench(session: nox.Session) -> None:
     project = render(session, env, work / "rendered", VARIANTS[REPRESENTATIVE])
     install_render(session, env, project)
     with session.chdir(work):
-        env.run(session, "python", str(ROOT / "benchmarks" / "transfer_bench.py"), "--project", str(project),
+        env.run(session, "python", str(ROOT / "benchmarks" / "transfer_bench.py"), "--package", context(project)["__package"],
                 "--out", str(ROOT / "bench-results"), *session.posargs,
                 env={"OMP_NUM_THREADS": "1", context(project)["__emulator_env_var"]: "1"})  # fmt: skip
 
@@ -182,7 +182,7 @@ def soak(session: nox.Session) -> None:
     """1,000 store/lookup/retrieve cycles per transfer path of the LMCache-driven sample through real servers.
 
     Not a test: prints mismatches, RSS growth after warm-up, leaked descriptors and shared memory per
-    path, and fails when a target is missed. Posargs go to the rendered tests/soak.py.
+    path, and fails when a target is missed. Posargs go to the kit's soak (python -m lmcache_device_kit.soak).
     """
     env = ReleaseEnv(NEWEST)
     env.ensure(session)
@@ -192,9 +192,10 @@ def soak(session: nox.Session) -> None:
     out = ROOT / "bench-results"
     out.mkdir(exist_ok=True)
     with session.chdir(work):
-        env_vars = {"OMP_NUM_THREADS": "1", context(project)["__emulator_env_var"]: "1"}
-        env.run(session, "python", str(project / "tests" / "soak.py"), "--json", str(out / "soak.json"),
-                *session.posargs, env=env_vars)  # fmt: skip
+        ctx = context(project)
+        env_vars = {"OMP_NUM_THREADS": "1", ctx["__emulator_env_var"]: "1"}
+        env.run(session, "python", "-m", "lmcache_device_kit.soak", "--package", ctx["__package"], "--json",
+                str(out / "soak.json"), *session.posargs, env=env_vars)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ a store reuses pool memory instead of waiting for eviction), store
 scheduler, retrieve them at once. A request's latency is the slowest rank's;
 the first measured round of each cell compares the retrieved bytes.
 
-Uses the rendered project's harness, the kit's (``lmcache_device_kit.harness``:
-``servers``, ``scheduler``), so servers start as the conformance suite starts them.
+Servers and the scheduler are the kit's (``lmcache_device_kit.harness``: ``servers``,
+``scheduler``), so servers start as the conformance suite starts them; nothing of a
+render's tests is imported.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def clear_cache(http_port: int) -> None:
 
 
 def run_mode(
-    project: Path, package: str, setups: list[str], mode: str, cells: list[dict[str, int]], log_dir: Path,
+    package: str, setups: list[str], mode: str, cells: list[dict[str, int]], log_dir: Path,
     child_env: Callable[[dict], dict[str, str]], progress: Callable[[str], None],
     profile: Callable[[dict[str, int]], AbstractContextManager[list[Path]]] | None = None,
 ) -> tuple[dict[str, dict[str, dict]], dict[str, list[float]], dict[str, dict], list[Path]]:  # fmt: skip

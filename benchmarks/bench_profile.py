@@ -106,7 +106,7 @@ def profile(args, missed: list[dict], child_env, progress) -> list[str]:  # type
             paths = [path]
         else:
             chosen = {**BASE, "chunks": int(cell.split()[0])}
-            paths = bench_e2e.run_mode(args.project, args.package, ["native foo"], mode, [chosen], args.out / "logs",
+            paths = bench_e2e.run_mode(args.package, ["native foo"], mode, [chosen], args.out / "logs",
                                        child_env, progress, profile=lambda pids, tag=tag: sampling(pids, out, tag))[3]  # fmt: skip
         for path in paths:
             if path.exists():

@@ -107,8 +107,7 @@ def op_findings(ops: dict) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--project", type=Path, required=True, help="the rendered sample project")
-    parser.add_argument("--package", default="lmcache_foo")
+    parser.add_argument("--package", default="lmcache_foo", help="the installed plugin's import package")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     parser.add_argument("--op-reps", type=int, default=100)
     parser.add_argument("--modes", nargs="+", choices=[*MODES], default=[*MODES], help="(default: all)")
@@ -133,7 +132,7 @@ def main() -> int:
     copies: dict = {}
     for mode in args.modes:
         samples, copies[mode], paths, _ = bench_e2e.run_mode(
-            args.project, args.package, args.setups, mode, plan, logs, child_env, progress
+            args.package, args.setups, mode, plan, logs, child_env, progress
         )
         for setup in args.setups:
             e2e.setdefault(setup, {})[mode] = {

@@ -89,7 +89,6 @@ PARTS = (
         ),
     ),
     Part("the CPU emulator of torch.<device>", {"emulator": ("yes",)}, ("{{cookiecutter.__emulator_dir}}",)),
-    Part("the soak a wheel's project runs", {"ownership": ("wheel",)}, (f"{TESTS}/soak.py",)),
     Part(
         "LMCache's per-device tests, ported to a wheel's LMCache-driven parts",
         {"lmcache_driven": LMCACHE_DRIVEN, "ownership": ("wheel",)},

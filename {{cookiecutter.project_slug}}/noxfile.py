@@ -25,7 +25,8 @@ Sessions:
              each LMCache test that does not apply, with its reason; yours, if any, go
              in tests/lmcache_contract.toml). -- --suite platform: the fast one.
   soak       (not default) 1,000 store/lookup/retrieve cycles per transfer path
-             through a real server; prints mismatches, RSS growth, leaked files.
+             through a real server (the kit's python -m lmcache_device_kit.soak);
+             prints mismatches, RSS growth, leaked files.
   canary     (not default) an lmcache this plugin was not tested with: the newest
              release, -- pre (the newest pre-release), -- VERSION or
              -- "lmcache @ git+https://...": doctor --api, the suite and LMCache's
@@ -239,13 +240,16 @@ def lmcache_contract(session: nox.Session, lmcache: str) -> None:
 
 @nox.session(default=False)
 def soak(session: nox.Session) -> None:
-    """Many cycles through a real server per transfer path; posargs go to tests/soak.py
-    (e.g. --cycles 200)."""
+    """Many cycles through a real server per transfer path; posargs go to the kit's
+    soak (python -m lmcache_device_kit.soak, e.g. --cycles 200)."""
     install_plugin(session, RELEASES[-1])
     with session.chdir(session.create_tmp()):
         session.run(
             "python",
-            str(ROOT / "tests" / "soak.py"),
+            "-m",
+            "lmcache_device_kit.soak",
+            "--package",
+            PACKAGE,
             *session.posargs,
             env={"OMP_NUM_THREADS": "1"},
         )

@@ -26,7 +26,12 @@ from lmcache_device_kit.conformance import (
     doctor,
     doctor_live,
     doctor_paths,
+    e2e_engine_driven,
+    e2e_hybrid,
+    e2e_lmcache_driven,
+    faults,
     host_memory,
+    injected_faults,
     ipc_wrapper,
     ipc_wrapper_codecs,
     lmcache_driven,
@@ -130,4 +135,28 @@ class TestNativeTransfers(native_transfers.BaseNativeTransfersTests):
 
 
 class TestNativePointerMode(native_pointer_mode.BaseNativePointerModeTests):
+    pass
+
+
+class TestE2EEngineDriven(e2e_engine_driven.BaseE2EEngineDrivenTests):
+    pass
+
+
+class TestE2ELMCacheDriven(e2e_lmcache_driven.BaseE2ELMCacheDrivenTests):
+    pass
+
+
+class TestE2EHybridModel(e2e_hybrid.BaseE2EHybridModelTests):
+    pass
+
+
+class TestFaults(faults.BaseFaultsTests):
+    pass
+
+
+class TestInjectedFaults(injected_faults.BaseInjectedFaultsTests):
+    pass
+
+
+class TestInjectedServerFaults(injected_faults.BaseInjectedServerFaultsTests):
     pass

@@ -76,6 +76,10 @@ HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
     "create_cache_context": (
         ("lmcache.v1.platform.cache_context", "create_cache_context", None, None),
     ),
+    # The conformance tests find the backend's own cache context class by it.
+    "BaseCacheContext": (
+        ("lmcache.v1.platform.base.cache_context", "BaseCacheContext", None, None),
+    ),
     "create_transfer_context": (
         (f"{TRANSFER}.worker_transfer", "create_transfer_context", None, None),
     ),

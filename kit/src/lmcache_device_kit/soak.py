@@ -1,10 +1,11 @@
-# SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Soak: many store → lookup → retrieve cycles per transfer path via ``lmcache server``.
+# SPDX-License-Identifier: Apache-2.0
+"""Soak: many store → lookup → retrieve cycles per transfer path via ``lmcache server``.
 
-Not a unit test (``nox -s soak`` runs it): it prints figures and exits 1 when a
-target is missed. Per transfer path (engine-driven pickle, engine-driven SHM,
-and LMCache-driven when the spec offers it) it starts a server, one worker
-process (the kit's ``worker``) and a scheduler, then runs ``--cycles`` cycles. Each
+Not a unit test: ``python -m lmcache_device_kit.soak --package <import package>`` (a
+project's ``nox -s soak``) prints figures and exits 1 when a target is missed. Per
+transfer path (engine-driven pickle, engine-driven SHM, and LMCache-driven when the
+spec offers it) it starts a server, one worker process (the kit's ``worker``) and a
+scheduler, then runs ``--cycles`` cycles. Each
 cycle stores a new prompt (its own KV bytes), polls the lookup until it hits,
 retrieves into zeroed blocks and compares bytes; every tenth cycle also
 re-reads a prompt stored five cycles earlier. The server's L1 holds about 300
@@ -14,6 +15,9 @@ means a leak, not a fuller cache. Targets over the measured cycles: 0
 mismatched bytes, RSS growth of worker and server under 5 %, no leaked
 ``/dev/shm`` segments or file descriptors. RSS is also printed every 250 cycles,
 to tell a plateau from a leak.
+
+Imports lmcache only once the backend is chosen (``--package``, else
+``LMCACHE_DEVICE_KIT_PACKAGE``); its servers and worker import the installed plugin.
 """
 
 # Future
@@ -28,7 +32,7 @@ import sys
 import tempfile
 import time
 
-# Third Party
+# First Party
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.harness.engine import Scheduler, Worker
 from lmcache_device_kit.harness.servers import (
@@ -39,8 +43,6 @@ from lmcache_device_kit.harness.servers import (
 )
 from lmcache_device_kit.harness.worker_kv import token_ids
 
-DEVICE = "{{ cookiecutter.device_name }}"
-PACKAGE = "{{ cookiecutter.__package }}"
 TOKENS = 2 * CHUNK
 #: ~20 MB: about 300 prompts of 2 layers x 128 tokens; eviction starts well inside the
 #: warm-up.
@@ -73,7 +75,7 @@ def lmcache_driven_offered() -> bool:
     from lmcache.v1.platform import get_device_spec
     import lmcache  # noqa: F401 - selects the backend
 
-    spec = get_device_spec(DEVICE)
+    spec = get_device_spec(kit_backend.current().device_type)
     return bool(spec is not None and spec.is_lmcache_driven_available())
 
 
@@ -191,11 +193,12 @@ def main() -> int:
         nargs="*",
         help="only these paths (default: all), e.g. 'engine-driven pickle'",
     )
+    kit_backend.add_package_option(parser)
     args = parser.parse_args()
     if args.warmup < 1 or args.cycles < 1:
         parser.error("--warmup and --cycles must be positive")
     # the kit's harness serves this backend, here and in the worker and servers
-    kit_backend.use(PACKAGE)
+    kit_backend.chosen(args.package)
     paths = [
         ("engine-driven pickle", "engine_driven", "engine_driven", False),
         ("engine-driven SHM", "engine_driven", "engine_driven", True),
