@@ -67,7 +67,7 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     emulator = {f"{IN_TREE_TESTS}_emulator/pyproject.toml",
                 *(f"{IN_TREE_TESTS}_emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES)}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
-        "_support.py", "conftest.py", "test_conformance.py")}  # fmt: skip
+        "conftest.py", "test_conformance.py")}  # fmt: skip
     assert rendered == package | suite | emulator | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
     assert not [d for d in project.rglob("*") if d.is_dir() and not any(d.iterdir())], "empty directories left behind"
 

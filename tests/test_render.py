@@ -51,7 +51,6 @@ EXPECTED_FILES = {
     "src/lmcache_foo/py.typed",
     "emulator/pyproject.toml",
     *(f"emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES),
-    "tests/_support.py",
     "tests/conftest.py",
     "tests/test_conformance.py",
 }

@@ -77,7 +77,3 @@ for _key, _value in QUIET_ENV.items():
 # schedule, capability gates and fixtures, found here by name.
 # Third Party
 from lmcache_device_kit.conformance.plugin import *  # noqa: E402, F403
-from lmcache_device_kit.conformance.support import (  # noqa: E402, F401
-    on_emulator,
-    open_mappings,
-)
