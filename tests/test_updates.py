@@ -69,7 +69,7 @@ def test_cruft_update_brings_in_a_template_change_without_clobbering_vendor_code
     commit_all(project, "vendor code")
 
     # A later template commit changes a rendered file.
-    readme = template_repo / "{{cookiecutter.project_slug}}" / "{% if cookiecutter.ownership == 'wheel' %}README.md{% endif %}"
+    readme = template_repo / "{{cookiecutter.project_slug}}" / "README.md"
     readme.write_text(readme.read_text() + "\n## Added by a later template commit\n")
     commit_all(template_repo, "template change")
 
