@@ -17,7 +17,8 @@ Departures (each also in README.md beside this module):
   ``share_memory_()`` (torch's CUDA-only sharing).
 - CUDA's ``torch.cuda._sleep`` (about two seconds of device time before the write)
   becomes the emulator's ``hold_stream`` on the producer's stream for 0.3 s (the
-  handle's round trip takes milliseconds), with host functions or without.
+  handle's round trip takes milliseconds), with host functions or without; on a
+  device without it, 200 passes over 64 MiB queued ahead of the write.
 - NPU's ``test_backend_roundtrip_on_device``: kept whole; its note that a
   same-process ``from_ipc_handle`` fails on CANN does not apply.
 """
@@ -47,8 +48,11 @@ from lmcache_device_kit.harness.spawn import child_env, popen
 
 MAGIC = 7.0
 NUMEL = 1 << 20
-#: The producer's stream is held this long before the write.
+#: The producer's stream is held this long before the write (the emulator).
 DELAY_S = 0.3
+#: On a device without ``hold_stream``: passes over 64 MiB queued before the write
+#: (about 13 GB of memory traffic: tens of milliseconds on an accelerator).
+BUSY_ROUNDS = 200
 
 PRODUCER = """
 import sys, lmcache, torch
@@ -66,7 +70,13 @@ for line in sys.stdin:  # a round per wrapped buffer
     with runtime.stream(stream):
         payload = torch.full((1024,), 7.0, device=device)
         payload.mul_(2)
-        hold = runtime.hold_stream(stream, {delay})  # released by expiring
+        hold_stream = getattr(runtime, "hold_stream", None)  # the emulator's
+        if hold_stream is not None:
+            hold = hold_stream(stream, {delay})  # released by expiring
+        else:  # a device: work queued ahead of the write, as CUDA's torch.cuda._sleep
+            scratch = torch.ones(1 << 24, device=device)
+            for _ in range({busy_rounds}):
+                scratch.mul_(1.0)
         buf.copy_(magic, non_blocking=True)
         backend.record_event(event, stream)
     # no synchronize: the handle leaves while the write is in flight
@@ -88,6 +98,7 @@ class Producer:
             device=device_type(),
             runtime=runtime_name(),
             delay=DELAY_S,
+            busy_rounds=BUSY_ROUNDS,
             magic=MAGIC,
             numel=NUMEL,
         )
