@@ -4,8 +4,9 @@
 Why: the template's files have plain names (Jinja in names is for the backend's names
 only), so tools read the template tree as it is; which files an answer set keeps is
 decided here, in ``PARTS``, and the post-generation hook deletes the rest
-(``hooks/post_gen_project.py`` calls ``dropped_paths`` through this Jinja extension,
-listed in ``_extensions``). Adding an option touches ``cookiecutter.json``, ``PARTS``,
+(``hooks/post_gen_project.py`` calls ``dropped_paths`` through the Jinja extension in
+``hooks/manifest_extension.py``, listed in ``_extensions``). Imports no jinja2: the
+template's automation (``tasks/checks.py``) reads ``PARTS`` in nox's own environment. Adding an option touches ``cookiecutter.json``, ``PARTS``,
 the pre-generation hook's checks and the files the option adds.
 
 A file in no part is rendered for every answer set. A path may name a directory (all
@@ -15,10 +16,10 @@ of it goes). Paths are relative to the project directory, as the template names 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from jinja2 import Environment
-from jinja2.ext import Extension
+if TYPE_CHECKING:  # the template's automation imports PARTS where jinja2 is not installed
+    from jinja2 import Environment
 
 PACKAGE = "{{cookiecutter.__package_dir}}"
 TESTS = "{{cookiecutter.__tests_dir}}"
@@ -108,11 +109,3 @@ def dropped_paths(environment: Environment, answers: Mapping[str, object]) -> li
         if not kept(part, answers):
             dropped.update(environment.from_string(path).render(cookiecutter=answers) for path in part.paths)
     return sorted(dropped)
-
-
-class Manifest(Extension):
-    """Jinja global ``dropped_paths(cookiecutter)`` for the post-generation hook."""
-
-    def __init__(self, environment: Environment) -> None:
-        super().__init__(environment)
-        environment.globals["dropped_paths"] = lambda answers: dropped_paths(environment, answers)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,3 +65,11 @@ def test_an_engine_driven_wheel_render_has_none_of_the_lmcache_driven_part(rende
     assert not (package / "ipc_wrapper.py").exists() and not (package / "_lmcache_compat/wire.py").exists()
     assert not (project / "emulator").exists() and not (project / "setup.py").exists()
     assert (package / "device_ops.py").exists()
+
+
+def test_the_template_automation_imports_without_jinja2_as_in_noxs_own_environment() -> None:
+    """``.ci/run`` installs nox and uv only: the noxfile and everything it imports (the manifest included) must
+    load without jinja2 or cookiecutter, which only the sessions' environments have."""
+    code = "import sys; sys.modules['jinja2'] = sys.modules['cookiecutter'] = None; import noxfile"
+    done = subprocess.run([sys.executable, "-c", code], cwd=TEMPLATE, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
