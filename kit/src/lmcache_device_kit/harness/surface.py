@@ -111,6 +111,14 @@ HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
         ("lmcache.v1.distributed.config", "L1MemoryManagerConfig", None, None),
     ),
     "lmcache_native": (("lmcache.lmcache_native", None, None, None),),
+    # An LMCache-driven plugin's own surface declares these too; an engine-driven one's
+    # does not, and the ports are the kit's (0.5.4 to 0.5.7rc2 hold both).
+    "KVLayerGroupsManager": (
+        ("lmcache.v1.kv_layer_groups", "KVLayerGroupsManager", None, None),
+    ),
+    "get_group_data_ptrs": (
+        ("lmcache.v1.gpu_connector.utils", "get_group_data_ptrs", None, None),
+    ),
 }
 
 #: How the harness calls LMCache, newest release first: a class or method whose
