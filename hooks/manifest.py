@@ -91,6 +91,11 @@ PARTS = (
     ),
     Part("the CPU emulator of torch.<device>", {"emulator": ("yes",)}, ("{{cookiecutter.__emulator_dir}}",)),
     Part(
+        "the sample kernels' own tests, on the emulator (the kit's suite reads only what native_ops declares)",
+        {"native_ops": ("yes",), "emulator": ("yes",)},
+        (f"{TESTS}/test_sample_kernels.py",),
+    ),
+    Part(
         "LMCache's per-device tests, ported to a wheel's LMCache-driven parts",
         {"lmcache_driven": LMCACHE_DRIVEN, "ownership": ("wheel",)},
         (f"{TESTS}/test_lmcache_ports.py",),

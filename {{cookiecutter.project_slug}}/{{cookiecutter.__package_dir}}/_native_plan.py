@@ -49,6 +49,15 @@ LAYOUTS = {
 #: server's table interleaves them [K0, V0, K1, V1, ...] and a chunk is (2, NL, tokens,
 #: NH * HS), so the kernel copies them as 2 * NL one-plane layers: the Ks, then the Vs.
 PLANE_TUPLES = "NL_X_TWO_X_NB_BS_NH_HS"
+#: The ``EngineKVFormat`` names the plans below give a kernel, every other format going
+#: to the baseline (``native_ops`` declares them to the conformance suite as
+#: ``NATIVE_KV_FORMATS``).
+{%- if cookiecutter.lmcache_driven != 'no' %}
+#: The (K, V) plane tuples come with the server's pointer tables only.
+FORMATS = frozenset({*LAYOUTS, PLANE_TUPLES})
+{%- else %}
+FORMATS = frozenset(LAYOUTS)
+{%- endif %}
 #: Where the kernels' tensors may live: this device, or host memory (chunks, given to
 #: the kernel at their device address: ``_host_access.py``), as with CUDA.
 KERNEL_DEVICES = {DEVICE_TYPE, "cpu"}

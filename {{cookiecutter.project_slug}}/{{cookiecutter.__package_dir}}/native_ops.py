@@ -4,7 +4,7 @@
 ``bind_native`` rebinds *every public callable and type* of this module onto the
 ops instance, replacing the torch-baseline op of the same name. So:
 
-* public names here must be ``lmcache.v1.platform.torch_ops`` function names,
+* public callables here must be ``lmcache.v1.platform.torch_ops`` function names,
   with the same parameters in the same order (``tests/test_conformance.py``'s
   ``TestNativeOps`` checks this contract);
 * helpers are ``_``-prefixed, so they are not bound, and so are LMCache's types
@@ -27,6 +27,13 @@ Python (``_recorders.cpp``, as LMCache's CUDA recorder), where the runtime can
 launch them (``after_stream.py``).
 {%- endif %}
 TODO(vendor): replace them with your device kernels; keep these signatures.
+
+What the conformance suite reads here, besides the ops (two names, both data, so
+``bind_native`` leaves them off the ops): ``NATIVE_KV_FORMATS``, the formats your
+kernels transfer (it expects the native path for those, LMCache's baseline for the
+others it transfers), and ``paths_taken``, counted by every op on every path (it
+tells a native transfer from a fall back by it). Nothing else: not ``_kernels``, not
+``_native_plan``, not how your kernels are launched.
 """
 
 # Future
@@ -44,6 +51,7 @@ from . import _kernels  # type: ignore[attr-defined]
 from . import _lmcache_compat as _compat
 from ._host_access import kernel_host_address as _kernel_host_address
 from ._lmcache_compat import torch_ops
+from ._native_plan import FORMATS as _PLANNED_FORMATS
 {%- if cookiecutter.lmcache_driven != 'no' %}
 from ._native_plan import pointer_plan as _pointer_plan
 {%- endif %}
@@ -55,8 +63,18 @@ from .after_stream import host_function_launcher as _host_function_launcher
 {%- endif %}
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
 
-#: How often each path ran, per process (the tests read it; not bound: private).
-_calls: _Counter[str] = _Counter()
+#: The LMCache ``EngineKVFormat`` names (``.name``) the kernels transfer: every other
+#: format goes to LMCache's torch baseline (a slow path). The conformance suite reads it
+#: and expects each path as declared (a frozenset: ``bind_native`` binds no data).
+#: TODO(vendor): the formats your kernels take.
+NATIVE_KV_FORMATS: frozenset[str] = _PLANNED_FORMATS
+#: How often each op took each path in this process, by ``"<op>:<path>"``: ``native``
+#: (the kernels), ``fallback`` (the torch baseline)
+{%- if cookiecutter.lmcache_driven != 'no' %}, ``synchronized`` (a recorder
+#: without host functions)
+{%- endif %}. The conformance suite reads it: keep counting when
+#: you replace the kernels.
+paths_taken: _Counter[str] = _Counter()
 
 
 def multi_layer_block_kv_transfer(
@@ -84,7 +102,7 @@ def multi_layer_block_kv_transfer(
     )
     plan = _tensor_plan(*args){{ " or _pointer_plan(*args)" if cookiecutter.lmcache_driven != "no" else "" }}
     if plan is None:
-        _calls["multi_layer_block_kv_transfer:fallback"] += 1
+        paths_taken["multi_layer_block_kv_transfer:fallback"] += 1
         _report_slow_path(
             "native fallback",
             "multi_layer_block_kv_transfer handed "
@@ -93,7 +111,7 @@ def multi_layer_block_kv_transfer(
         )
         _class_op("multi_layer_block_kv_transfer", *args)
         return
-    _calls["multi_layer_block_kv_transfer:native"] += 1
+    paths_taken["multi_layer_block_kv_transfer:native"] += 1
     kernel, on_device, kernel_args = plan
     kernel(*_launch_on(on_device), *kernel_args)
 
@@ -118,7 +136,7 @@ def lmcache_memcpy_async(
             raise ValueError(
                 f"unsupported transfer direction {direction!r}: expected H2D or D2H"
             )
-        _calls["lmcache_memcpy_async:native"] += 1
+        paths_taken["lmcache_memcpy_async:native"] += 1
         to_device = int(direction) == int(_compat.TransferDirection.H2D)
         on_device, on_host = (dest, src) if to_device else (src, dest)
         device = torch.device(DEVICE_TYPE, _runtime().pointer_device(on_device))
@@ -134,7 +152,7 @@ def lmcache_memcpy_async(
             ends = (on_device + start, host) if to_device else (host, on_device + start)
             _kernels.copy_bytes(*launch, *ends, size)
         return
-    _calls["lmcache_memcpy_async:fallback"] += 1
+    paths_taken["lmcache_memcpy_async:fallback"] += 1
     torch_ops.lmcache_memcpy_async(
         dest, src, nbytes, direction, host_buffer_offset, host_buffer_alignments
     )
@@ -189,10 +207,10 @@ def _record(op: str, native: _Any, *args: object) -> None:
     (``native(launcher, *args)``), else the ops class's synchronizing path."""
     launcher = _host_function_launcher()
     if launcher is None:
-        _calls[f"{op}:synchronized"] += 1
+        paths_taken[f"{op}:synchronized"] += 1
         _class_op(op, *args)
         return
-    _calls[f"{op}:native"] += 1
+    paths_taken[f"{op}:native"] += 1
     native(launcher, *args)
 {%- endif %}
 

@@ -8,7 +8,10 @@ one), and no kernel that runs later can read pageable memory. The CPU emulator r
 either way (``..._HOST_ALIASES=0``: the host address; by default a separate one) and
 fails the stream of a kernel given an address its device could not reach. Every test
 here runs in the suite's mode, and again, in a process of its own, in the other one
-(the last test). Skipped without native ops or without the emulator.
+(the last test), with the plugin's own tests marked ``host_memory_mapping`` (the
+sample's copy kernel on raw addresses: the render's ``tests/test_sample_kernels.py``).
+Skipped without native ops or without the emulator. Reads of the plugin: its ops, and
+what its native ops module declares (``native_contract``).
 
 Imports torch (as ``support.py`` does): import it from tests only, after
 ``conftest.py`` set the environment; imports neither lmcache nor the plugin.
@@ -31,6 +34,12 @@ import torch
 # First Party
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.base import ConformanceTests
+from lmcache_device_kit.conformance.native_contract import (
+    detected_format,
+    paths_taken,
+    transfer_path,
+    transfers,
+)
 from lmcache_device_kit.conformance.support import (
     BLOCK_IDS,
     BS,
@@ -47,18 +56,14 @@ from lmcache_device_kit.harness.spawn import child_env
 #: its host address.
 MODE_SUFFIX = "_HOST_ALIASES"
 NBYTES = 1 << 16
-PAGEABLE = "pageable host memory"
-SEPARATE = "separate device address"
+#: The marker of the tests that depend on how the device maps pinned host memory
+#: (this class's, and a plugin's own kernel tests): the last test here runs them all
+#: again in the other mapping.
+MAPPING_MARKER = "host_memory_mapping"
 
 
 def device_type() -> str:
     return kit_backend.current().device_type
-
-
-def copy_kernel(native: Any, dest: int, src: int, nbytes: int) -> None:
-    """The sample copy kernel, launched as the native ops launch it, on device 0."""
-    launch = native._launch_on(torch.device(kit_backend.current().device_type, 0))
-    native._kernels.copy_bytes(*launch, dest, src, nbytes)
 
 
 def host_bytes(fill: int) -> torch.Tensor:
@@ -71,6 +76,7 @@ def transfer_direction() -> Any:
     return importlib.import_module(f"{package}._lmcache_compat").TransferDirection
 
 
+@pytest.mark.host_memory_mapping
 class BaseHostMemoryTests(ConformanceTests):
     """Pinned and pageable host memory, at the addresses the runtime maps."""
 
@@ -81,50 +87,6 @@ class BaseHostMemoryTests(ConformanceTests):
         """The emulator; a stream failure a test provoked is forgotten afterwards."""
         yield emulator
         emulator.inject_faults()
-
-    def test_a_kernel_reaches_pinned_host_memory_at_the_device_address_the_runtime_gives(  # noqa: E501
-        self, native: Any, device: Any
-    ) -> None:
-        """Allocated pinned or registered, a range is read by a kernel at the address
-        ``host_device_pointer`` (cudaHostGetDevicePointer) gives: its host address where
-        the device maps it there, a separate one otherwise."""
-        allocated, registered = host_bytes(1).pin_memory(), host_bytes(2)
-        assert device.host_register(registered.data_ptr(), NBYTES)
-        try:
-            for memory in (allocated, registered):
-                address = device.host_device_pointer(memory.data_ptr() + 16)
-                same = device.host_memory_mapped_at_same_address
-                assert (address == memory.data_ptr() + 16) is same
-                target = torch.zeros(
-                    NBYTES - 16, dtype=torch.uint8, device=device_type()
-                )
-                copy_kernel(native, target.data_ptr(), address, NBYTES - 16)
-                device.synchronize()
-                assert same_bytes(target, memory[16:])
-        finally:
-            assert device.host_unregister(registered.data_ptr())
-
-    def test_a_kernel_given_host_memory_its_device_cannot_reach_fails_its_stream(
-        self, native: Any, device: Any
-    ) -> None:
-        """Pageable memory fails a kernel's stream on every runtime; so does the host
-        address of pinned memory where the device maps it elsewhere, and an access past
-        the end of a mapped range."""
-        pageable, pinned = host_bytes(3), host_bytes(4).pin_memory()
-        alias = device.host_device_pointer(pinned.data_ptr())
-        cases = [(pageable.data_ptr(), NBYTES, PAGEABLE)]
-        if not device.host_memory_mapped_at_same_address:
-            cases += [
-                (pinned.data_ptr(), NBYTES, SEPARATE),
-                (alias, NBYTES + 1, "outside"),
-            ]
-        target = torch.zeros(NBYTES + 1, dtype=torch.uint8, device=device_type())
-        for address, nbytes, reason in cases:
-            copy_kernel(native, target.data_ptr(), address, nbytes)
-            with pytest.raises(RuntimeError, match=reason):
-                device.synchronize()
-            device.inject_faults()
-        assert int(target.count_nonzero()) == 0
 
     def test_pointer_copies_give_the_kernel_pinned_memory_and_copy_pageable_memory_at_once(  # noqa: E501
         self, native: Any, device: Any, lmcache_driven: Any
@@ -147,14 +109,13 @@ class BaseHostMemoryTests(ConformanceTests):
         on_device = torch.zeros(NBYTES, dtype=torch.uint8, device=device_type())
         h2d, d2h = TransferDirection.H2D, TransferDirection.D2H
         try:
-            before = native._calls[key]
+            before = paths_taken(native)[key]
             ops.lmcache_memcpy_async(
                 on_device.data_ptr(), halves[0], NBYTES, h2d, 0, half
             )
             device.synchronize()
-            assert (
-                same_bytes(on_device, registered) and native._calls[key] == before + 1
-            )
+            assert same_bytes(on_device, registered)
+            assert paths_taken(native)[key] == before + 1
             ops.lmcache_memcpy_async(
                 on_device.data_ptr(), pageable.data_ptr(), NBYTES, h2d, 0, NBYTES
             )
@@ -191,11 +152,13 @@ class BaseHostMemoryTests(ConformanceTests):
 
         shape, hints = KV_LAYOUTS["flash_nhd"]
         source = seeded_kv(shape, seed=21)
+        kv_format = detected_format(source, hints)
+        if transfer_path(native, kv_format) != "native":
+            pytest.skip(f"NATIVE_KV_FORMATS does not name {kv_format}: no kernel runs")
         expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
         kv = {name: t.to(device_type()) for name, t in source.items()}
         out = [torch.zeros_like(c, pin_memory=chunks == "pinned") for c in expected]
-        key = "multi_layer_block_kv_transfer:native"
-        before = native._calls[key]
+        before = transfers(native)
         gather_paged_kv_to_cpu(kv, BLOCK_IDS, 2, layout_hints=hints, out=out)
         if chunks == "pinned":
             device.synchronize()
@@ -204,7 +167,10 @@ class BaseHostMemoryTests(ConformanceTests):
             layer.zero_()
         scatter_cpu_to_paged_kv(kv, BLOCK_IDS, out, 2, layout_hints=hints)
         device.synchronize()
-        assert native._calls[key] == before + 2, "a transfer left the kernels"
+        after = transfers(native)
+        assert after == {**before, "native": before["native"] + 2}, (
+            "a transfer left the kernels"
+        )
         back = {name: layer.cpu() for name, layer in kv.items()}
         restored = gather_to_cpu(back, BLOCK_IDS, 2, layout_hints=hints)
         assert all(same_bytes(r, e) for r, e in zip(restored, expected, strict=True))
@@ -227,12 +193,11 @@ class BaseHostMemoryTests(ConformanceTests):
         expected = gather_to_cpu(source, BLOCK_IDS, 2, layout_hints=hints)
         kv = {name: t.to(device_type()) for name, t in source.items()}
         out = [torch.zeros_like(c, pin_memory=True) for c in expected]
-        key = "multi_layer_block_kv_transfer:fallback"
-        before = native._calls[key]
+        before = transfers(native)["fallback"]
         gather_paged_kv_to_cpu(kv, BLOCK_IDS, 2, layout_hints=hints, out=out)
         device.synchronize()
         assert all(same_bytes(o, e) for o, e in zip(out, expected, strict=True))
-        assert native._calls[key] == before + 1
+        assert transfers(native)["fallback"] == before + 1
 
     def test_pointer_mode_reads_pinned_host_chunks_at_their_device_address_refuses_pageable(  # noqa: E501
         self, native: Any, device: Any, lmcache_driven: Any
@@ -276,13 +241,15 @@ class BaseHostMemoryTests(ConformanceTests):
     def test_every_test_here_also_passes_with_host_memory_mapped_the_other_way(
         self, native: Any, device: Any, request: pytest.FixtureRequest
     ) -> None:
-        """This class's tests again, in a process whose emulator maps pinned host memory
-        the other way (``..._HOST_ALIASES``)."""
+        """This class's tests again, and every other test of the suite's directory
+        marked ``host_memory_mapping`` (the plugin's own kernel tests), in a process
+        whose emulator maps pinned host memory the other way (``..._HOST_ALIASES``)."""
         other = "0" if not device.host_memory_mapped_at_same_address else "1"
         here = request.node.path
-        selected = f"{request.node.cls.__name__} and not the_other_way"
-        argv = [sys.executable, "-m", "pytest", str(here), "-p", "no:cacheprovider"]
-        argv += ["-q", "-rs", "-n", "0", "-k", selected]
+        tests = str(Path(here).parent)
+        argv = [sys.executable, "-m", "pytest", tests, "-p", "no:cacheprovider"]
+        argv += ["-q", "-rs", "-n", "0", "-m", MAPPING_MARKER]
+        argv += ["-k", "not the_other_way"]
         mode = kit_backend.current().emulator_env_var + MODE_SUFFIX
         env = child_env({mode: other})
         done = spawn.run(argv, env=env, timeout=300, cwd=Path(here).parent.parent)

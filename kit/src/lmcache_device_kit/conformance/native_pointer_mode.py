@@ -27,6 +27,7 @@ import torch
 # First Party
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.base import ConformanceTests
+from lmcache_device_kit.conformance.native_contract import transfer_path, transfers
 from lmcache_device_kit.conformance.streams import held
 from lmcache_device_kit.conformance.support import (
     BLOCK_IDS,
@@ -118,22 +119,23 @@ class BaseNativePointerModeTests(ConformanceTests):
             context.get_temp_kernel_group_buffer(i, 0) for i in range(len(expected))
         ]
         ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
-        key = "multi_layer_block_kv_transfer:"
         ops = resolve_device_ops(device)
         copy = ops.multi_layer_block_kv_transfer  # bound to the native op
+        # The format the context hands the op; the plugin declares its path.
+        taken = transfer_path(native, context.get_engine_kv_format(0).name)
         if path == "baseline":
             copy = functools.partial(type(ops).multi_layer_block_kv_transfer, ops)
 
         def transfer(direction: Any) -> None:
             # Counted around the call alone: on lmcache 0.5.4/0.5.5 the CPU helpers of
             # this test reach these ops too (LMCache resolves them process-wide there).
-            before = dict(native._calls)
+            before = transfers(native)
             addresses = [buffer.data_ptr() for buffer in staging]
             context_transfer(context, addresses, ids, direction, chunk, copy)
-            ran = int(path == "native")
-            native_calls = before.get(key + "native", 0) + ran
-            assert native._calls[key + "native"] == native_calls
-            assert native._calls[key + "fallback"] == before.get(key + "fallback", 0)
+            ran = {p: int(path == "native" and p == taken) for p in before}
+            assert transfers(native) == {p: before[p] + ran[p] for p in before}, (
+                f"expected the {taken} path: NATIVE_KV_FORMATS declares it"
+            )
             runtime.synchronize()
 
         transfer(directions().D2H)

@@ -89,6 +89,10 @@ HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
     "scatter_cpu_to_paged_kv": (
         (f"{TRANSFER}.base", "scatter_cpu_to_paged_kv", None, None),
     ),
+    # Which EngineKVFormat a test's KV caches are (conformance/native_contract.py).
+    "detect_format": (
+        ("lmcache.v1.gpu_connector.kv_format.detection", "detect_format", None, None),
+    ),
     "detect_block_transfer_accepts_tensor": (
         (f"{TRANSFER}.base", "_detect_block_transfer_accepts_tensor", None, None),
     ),

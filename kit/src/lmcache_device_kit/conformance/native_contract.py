@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the suite reads from a plugin's native ops module, and nothing else.
+
+A plugin's kernels are its own: the sample's handle some KV formats, a vendor's
+others. So the native tests never ask which kernels exist or how they are launched;
+they read the two names the module declares besides its ops:
+
+* ``NATIVE_KV_FORMATS``: the LMCache ``EngineKVFormat`` names (``.name``) its
+  kernels transfer. A transfer of one of these must take the native path; of any
+  other, LMCache's torch baseline (the ``fallback`` path).
+* ``paths_taken``: a counter of the paths each op took in this process, by
+  ``"<op>:<path>"`` (``native``, ``fallback``; ``synchronized`` for a recorder
+  without host functions).
+
+Which format a test's KV caches are is LMCache's answer (its detection, or the cache
+context's format), never a table here: the suite's geometries are vLLM's flash
+attention NHD (``NL_X_TWO_NB_BS_NH_HS``) and HND (``NL_X_TWO_NB_NH_BS_HS``),
+flashinfer NHD (``NL_X_NB_TWO_BS_NH_HS``), MLA (``NL_X_NB_BS_HS``) and per-layer
+(K, V) planes (``NL_X_TWO_X_NB_BS_NH_HS``).
+
+Imports pytest; lmcache and the plugin only inside the functions.
+"""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from collections.abc import Mapping
+from typing import Any
+
+# Third Party
+import pytest
+
+#: The op whose path depends on the KV format, and its paths.
+TRANSFER = "multi_layer_block_kv_transfer"
+PATHS = ("native", "fallback")
+
+
+def _declared(native: Any, name: str, what: str) -> Any:
+    value = getattr(native, name, None)
+    if value is None:
+        pytest.fail(
+            f"{native.__name__} declares no {name}: the conformance suite reads it "
+            f"({what}). Define it in your native ops module (a public non-callable, "
+            "so bind_native leaves it off the ops)."
+        )
+    return value
+
+
+def native_kv_formats(native: Any) -> frozenset[str]:
+    """The ``EngineKVFormat`` names the plugin's kernels transfer, as it declares
+    them; a name LMCache does not have fails the test, with the names it has."""
+    # First Party
+    from lmcache.lmcache_native import EngineKVFormat
+
+    declared = _declared(
+        native,
+        "NATIVE_KV_FORMATS",
+        "the LMCache EngineKVFormat names your kernels transfer, e.g. "
+        'frozenset({"NL_X_TWO_NB_BS_NH_HS"})',
+    )
+    if isinstance(declared, str) or not all(isinstance(n, str) for n in declared):
+        pytest.fail(
+            f"{native.__name__}.NATIVE_KV_FORMATS is {declared!r}: declare a "
+            "frozenset of EngineKVFormat names (strings)"
+        )
+    known = set(EngineKVFormat.__members__)
+    unknown = sorted(set(declared) - known)
+    if unknown:
+        pytest.fail(
+            f"{native.__name__}.NATIVE_KV_FORMATS names {unknown}, which this "
+            f"lmcache's EngineKVFormat does not have: choose from {sorted(known)}"
+        )
+    return frozenset(declared)
+
+
+def paths_taken(native: Any) -> Mapping[str, int]:
+    """The plugin's counter of the paths its ops took (``"<op>:<path>"``)."""
+    counter = _declared(
+        native,
+        "paths_taken",
+        'a collections.Counter every op adds "<op>:native" or "<op>:fallback" to',
+    )
+    if not isinstance(counter, Mapping):
+        pytest.fail(f"{native.__name__}.paths_taken must be a collections.Counter")
+    return counter
+
+
+def transfer_path(native: Any, kv_format: str) -> str:
+    """``native`` when the plugin declares ``kv_format`` native, else ``fallback``."""
+    return "native" if kv_format in native_kv_formats(native) else "fallback"
+
+
+def transfers(native: Any) -> dict[str, int]:
+    """The transfer op's count per path so far (a snapshot)."""
+    counts = paths_taken(native)
+    return {path: counts.get(f"{TRANSFER}:{path}", 0) for path in PATHS}
+
+
+def detected_format(kv: Mapping[str, Any], hints: Mapping[str, str]) -> str:
+    """The ``EngineKVFormat`` name LMCache detects for vLLM KV caches ``kv`` (one
+    tensor per layer) under ``hints``: what LMCache's transfers hand the ops."""
+    # First Party
+    from lmcache.utils import EngineType
+    from lmcache.v1.gpu_connector.kv_format.detection import detect_format
+
+    kv_format, _ = detect_format(list(kv.values()), EngineType.VLLM, dict(hints))
+    return str(kv_format.name)
