@@ -122,7 +122,8 @@ class BaseNativePointerModeTests(ConformanceTests):
         ops = resolve_device_ops(device)
         copy = ops.multi_layer_block_kv_transfer  # bound to the native op
         # The format the context hands the op; the plugin declares its path.
-        taken = transfer_path(native, context.get_engine_kv_format(0).name)
+        kv_format = context.get_engine_kv_format(0).name
+        taken = transfer_path(native, kv_format)
         if path == "baseline":
             copy = functools.partial(type(ops).multi_layer_block_kv_transfer, ops)
 
@@ -134,7 +135,7 @@ class BaseNativePointerModeTests(ConformanceTests):
             context_transfer(context, addresses, ids, direction, chunk, copy)
             ran = {p: int(path == "native" and p == taken) for p in before}
             assert transfers(native) == {p: before[p] + ran[p] for p in before}, (
-                f"expected the {taken} path: NATIVE_KV_FORMATS declares it"
+                f"expected the {taken} path for {kv_format}, as NATIVE_KV_FORMATS says"
             )
             runtime.synchronize()
 
