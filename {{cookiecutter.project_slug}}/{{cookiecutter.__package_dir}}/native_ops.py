@@ -72,8 +72,8 @@ NATIVE_KV_FORMATS: frozenset[str] = _PLANNED_FORMATS
 #: (the kernels), ``fallback`` (the torch baseline)
 {%- if cookiecutter.lmcache_driven != 'no' %}, ``synchronized`` (a recorder
 #: without host functions)
-{%- endif %}. The conformance suite reads it: keep counting when
-#: you replace the kernels.
+{%- endif %}.
+#: The conformance suite reads it: keep counting when you replace the kernels.
 paths_taken: _Counter[str] = _Counter()
 
 
