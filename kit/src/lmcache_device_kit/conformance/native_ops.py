@@ -121,8 +121,9 @@ class BaseNativeOpsTests(ConformanceTests):
     @pytest.mark.parametrize(
         ("breakage", "fix"),
         [
-            # As if the wheel was built without a compiler:
-            ('sys.modules[PACKAGE + "._kernels"] = None', "--no-isolation"),
+            # As if the wheel was built without a compiler (the native ops module
+            # fails to import: whatever its compiled module is called):
+            ('sys.modules[PACKAGE + ".native_ops"] = None', "--no-isolation"),
             # A vendor's runtime before the kernels' launch is ported to it:
             (
                 "import torch; runtime = getattr(torch, TORCH_MODULE, None); "

@@ -93,6 +93,7 @@ HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
     "detect_format": (
         ("lmcache.v1.gpu_connector.kv_format.detection", "detect_format", None, None),
     ),
+    "EngineType": (("lmcache.utils", "EngineType", None, None),),
     "detect_block_transfer_accepts_tensor": (
         (f"{TRANSFER}.base", "_detect_block_transfer_accepts_tensor", None, None),
     ),
