@@ -192,7 +192,8 @@ def install_plugin(session: nox.Session, lmcache: str, past_pin: bool = False) -
     order += ["--wheel", str(wheel)]
 {%- if cookiecutter.emulator == 'yes' %}
     # The CPU emulator: a distribution of its own, never in the wheel; torch loads it
-    # when {{ cookiecutter.__emulator_env_var }}=1 (the tests set it unless it is 0).
+    # when {{ cookiecutter.__emulator_env_var }}=1,
+    # which the tests set unless it is 0.
     order += ["--emulator", str(ROOT / "emulator")]
 {%- endif %}
     order += ["--past-pin"] if past_pin else []
