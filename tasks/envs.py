@@ -21,13 +21,12 @@ from pathlib import Path
 
 import nox
 
-from tasks.variants import CONTEXT, ROOT
+from tasks.kit_source import environment_steps
+from tasks.variants import ROOT
 
 #: The torch installed before anything else (lmcache depends on an unpinned torch, which
 #: otherwise pulls a multi-GB CUDA build); vendors point it at their torch.
 TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
-#: Undeclared dependencies a release's ``lmcache`` command line needs (cookiecutter.json).
-CLI_EXTRAS: dict[str, list[str]] = CONTEXT["_lmcache_cli_extras"]
 #: What every variant needs beside torch and lmcache: the template's tools, the builders (native
 #: ops build without isolation, against this torch) and the rendered suite's test extra.
 TOOLS = [
@@ -53,8 +52,15 @@ class ReleaseEnv:
         self.bin = self.path / "bin"
         self.python = str(self.bin / "python")
 
+    def steps(self) -> tuple[list[str], list[str]]:
+        """The ``pip install`` arguments of torch, then of lmcache with its command line's undeclared
+        dependencies: the kit's order (``lmcache_device_kit.install``, which rendered noxfiles follow too)."""
+        (_, torch), (_, lmcache) = environment_steps(TORCH.split(), self.release)
+        return torch, lmcache
+
     def wanted(self) -> list[str]:
-        return [sys.version, TORCH, f"lmcache=={self.release}", *CLI_EXTRAS.get(self.release, []), *TOOLS]
+        torch, lmcache = self.steps()
+        return [sys.version, *torch, *lmcache, *TOOLS]
 
     def ensure(self, session: nox.Session) -> bool:
         """Create the environment unless it already holds what it should; True when it was (re)created."""
@@ -69,9 +75,10 @@ class ReleaseEnv:
         # lmcache's own torch requirement is unpinned.
         # Without compiling its 2,000-odd modules (14 s here): Python compiles the few hundred imported, once.
         # Its output (a machine's index warnings included) goes to a log, printed if the install fails.
+        torch, lmcache = self.steps()
         self.run_logged(session, self.path / "torch-install.log", self.python, "-m", "pip", "install", "--no-compile",
-                        TORCH)  # fmt: skip
-        self.install(session, *self.wanted()[2:])
+                        *torch)  # fmt: skip
+        self.install(session, *lmcache, *TOOLS)
         # Fail here, not in every E2E test, if the release's command line lacks an undeclared dependency.
         self.run(session, "lmcache", "server", "--help", silent=True)
         stamp.write_text(wanted)

@@ -15,7 +15,6 @@ import filecmp
 import hashlib
 import shutil
 import subprocess
-import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +31,7 @@ from tasks.checks import (
 )
 from tasks.envs import ReleaseEnv
 from tasks.kit import KIT, kit_wheel_problems
+from tasks.kit_source import plugin_steps
 from tasks.lmcache_style import check_contribution
 from tasks.variants import NEWEST, PRERELEASES, ROOT, answers
 
@@ -179,15 +179,18 @@ def wheel_key(env: ReleaseEnv, source: Path) -> str:
     return f"{torch.name.removesuffix('.dist-info')}-{torch.parent.parent.name}-{digest.hexdigest()[:20]}"
 
 
-def install_emulator(session: nox.Session, env: ReleaseEnv, project: Path) -> None:
-    """Build the render's CPU emulator (its own distribution) with a PEP 517 frontend, check it, install it.
-
-    Built through a tree of its own, so the render keeps no build products; installed without its dependencies
-    (torch and ninja are there already: a resolver could only replace the CPU torch).
-    """
+def build_emulator(session: nox.Session, env: ReleaseEnv, project: Path) -> Path:
+    """Build the render's CPU emulator (its own distribution) with a PEP 517 frontend and check it; its wheel.
+    Built through a tree of its own, so the render keeps no build products."""
     source = project / context(project)["__emulator_dir"]
-    wheel = built_and_checked(session, env, source, env.path / "build-tree-emulator", env.path / "dist-emulator",
-                               lambda w: emulator_wheel_problems(w, project))  # fmt: skip
+    return built_and_checked(session, env, source, env.path / "build-tree-emulator", env.path / "dist-emulator",
+                             lambda w: emulator_wheel_problems(w, project))  # fmt: skip
+
+
+def install_emulator(session: nox.Session, env: ReleaseEnv, project: Path) -> None:
+    """Build, check and install the render's emulator alone (beside an in-tree contribution), without its
+    dependencies (torch and ninja are there already: a resolver could only replace the CPU torch)."""
+    wheel = build_emulator(session, env, project)
     env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
     session.log(f"emulator installed: {wheel.name}")
 
@@ -197,38 +200,43 @@ def emulator_distribution(ctx: dict) -> str:
     return ctx["__emulator_package"].replace("_", "-")
 
 
-def install_kit(session: nox.Session, env: ReleaseEnv) -> Path:
-    """Build (or reuse), check and install the kit into ``env``; the directory holding its wheel, for
-    ``--find-links`` when a render's test extra pins it."""
-    dist = env.path / "dist-kit"
-    wheel = built_and_checked(session, env, KIT, env.path / "build-tree-kit", dist, kit_wheel_problems)
+def build_kit(session: nox.Session, env: ReleaseEnv) -> Path:
+    """Build (or reuse) and check the kit's wheel; a render's test extra pins it."""
+    return built_and_checked(session, env, KIT, env.path / "build-tree-kit", env.path / "dist-kit", kit_wheel_problems)
+
+
+def install_kit(session: nox.Session, env: ReleaseEnv) -> None:
+    """Build (or reuse), check and install the kit into ``env`` (the suite's harness, without a wheel's test extra)."""
+    wheel = build_kit(session, env)
     env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
     session.log(f"kit installed: {wheel.name}")
-    return dist
 
 
-def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path, project: Path) -> None:
-    """Install the wheel (never editable): its dependencies resolved honestly (by ``ReleaseEnv.install``: uv
-    when it is there, 0.8 s where pip's resolver takes 4.5 s), then this build's files forced in by pip, and
-    ``pip check`` on the result.
+def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path, project: Path, emulator: Path | None = None) -> None:
+    """Install the wheel (never editable), the kit built here before it and the emulator after it, in the kit's
+    order (``lmcache_device_kit.install``, which the rendered noxfile follows too), then ``pip check``.
 
-    On a pre-release the wheel's own lmcache requirement (tested finals only) would replace it, so only its
-    test extra is installed, then the wheel without dependencies, as the rendered canary does; ``pip check``
-    would report exactly that requirement and is not run.
+    Steps that resolve go through ``ReleaseEnv.install`` (uv when it is there, 0.8 s where pip's resolver takes
+    4.5 s), with the kit's wheel found beside it; our own builds are forced in by pip without dependencies.
+    On a pre-release the wheel's own lmcache requirement (tested finals only) would replace it, so only its test
+    extra is resolved (the kit's ``past_pin``, as the rendered canary does); ``pip check`` would report exactly
+    that requirement and is not run.
     """
-    kit = ["--find-links", str(install_kit(session, env))]  # the test extra pins the kit, built from here
-    if env.release in PRERELEASES:
-        extra = tomllib.loads((project / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
-        env.install(session, *kit, *extra)
-    else:
-        env.install(session, *kit, f"{wheel}[test]")
-    env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
-    if env.release not in PRERELEASES:
+    kit = build_kit(session, env)
+    forced = ["--force-reinstall", "--no-deps", str(kit)]
+    emulated = str(emulator) if emulator else None
+    past_pin = env.release in PRERELEASES
+    for what, arguments in plugin_steps(project, str(wheel), forced, emulated, past_pin):
+        if "--no-deps" in arguments:
+            env.pip(session, "install", "--quiet", *arguments)
+        else:
+            env.install(session, "--find-links", str(kit.parent), *arguments)
+        session.log(f"{what} installed")
+    if not past_pin:
         env.pip(session, "check")
 
 
 def install_render(session: nox.Session, env: ReleaseEnv, project: Path) -> None:
     """Build, check and install a wheel render, and its emulator when it has one."""
-    install_wheel(session, env, build_wheel(session, env, project), project)
-    if context(project)["emulator"] == "yes":
-        install_emulator(session, env, project)
+    emulator = build_emulator(session, env, project) if context(project)["emulator"] == "yes" else None
+    install_wheel(session, env, build_wheel(session, env, project), project, emulator)

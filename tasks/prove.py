@@ -24,6 +24,7 @@ from tasks.envs import TORCH, ReleaseEnv
 from tasks.kit import KIT, kit_structure_problems
 from tasks.progress import timed
 from tasks.project import (
+    build_emulator,
     build_wheel,
     check_statically,
     emulator_distribution,
@@ -93,9 +94,9 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
         env_vars |= rules
     tests = project / ctx["__tests_dir"]
     env.uninstall_plugins(session, ctx["project_slug"], emulator_distribution(ctx))  # the previous variant's
-    if emulator:
-        install_emulator(session, env, project)
     if is_in_tree(variant):
+        if emulator:
+            install_emulator(session, env, project)
         install_kit(session, env)  # the suite's harness, as a wheel's test extra brings it
         with env.overlaid(session, project, ctx["backend_name"]):
             registered = (
@@ -107,7 +108,7 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
             session.log(ours(said))
             return run_suite(session, env, [tests], work, env_vars, device_present=True, own_settings=False)
     assert wheel is not None
-    install_wheel(session, env, wheel, project)
+    install_wheel(session, env, wheel, project, build_emulator(session, env, project) if emulator else None)
     package = ctx["__package"]
     installed = (f"import {package}, sysconfig; p = {package}.__file__; "
                  "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)")  # fmt: skip

@@ -17,6 +17,8 @@ import pytest
 
 from hooks.kit_version import kit_version as kit_version_in_renders
 from tasks.kit import KIT, kit_structure_problems, kit_version, kit_wheel_problems
+from tasks.kit_source import CLI_EXTRAS, environment_steps
+from tasks.variants import LMCACHE_RELEASES, PRERELEASES
 
 
 def kit_requirement(project: Path, kit_env: str | None = None) -> list[str]:
@@ -88,6 +90,58 @@ def test_the_rendered_noxfile_runs_the_kits_tool_told_its_backend_and_project_as
     done = subprocess.run([sys.executable, "-c", parse, *command[3:]], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["lmcache_foo", str(project.resolve())]
+
+
+#: What the rendered noxfile's install_plugin installs, recorded by a stand-in for nox's session: its
+#: ``run`` runs the command (``python -m lmcache_device_kit.install``, the kit from this checkout).
+INSTALLS = """
+import json, os, runpy, subprocess, sys
+noxfile = runpy.run_path("noxfile.py")
+installs = []
+class Session:
+    def install(self, *args):
+        installs.append(list(args))
+    def run(self, *args, silent=False):
+        env = {**os.environ, "PYTHONPATH": os.environ["KIT_SOURCE"]}
+        return subprocess.run([sys.executable, *args[1:]], env=env, check=True, capture_output=True,
+                              text=True).stdout
+noxfile["install_plugin"].__globals__["build_wheel"] = lambda session: "dist/w.whl"
+noxfile["install_plugin"](Session(), *json.loads(sys.argv[1]))
+print(json.dumps(installs))
+"""
+
+
+@pytest.mark.parametrize(
+    ("emulator", "arguments"), [("yes", ["0.5.4"]), ("no", ["0.5.6"]), ("yes", ["pre", True])]
+)
+def test_the_rendered_noxfile_installs_what_the_kit_says_in_its_order(
+    render: Callable[..., Path], emulator: str, arguments: list[str | bool]
+) -> None:
+    """torch, lmcache with its command line's undeclared dependencies, the kit first of all (it says the rest),
+    then the wheel with its test extra (past the pin: the extra alone), the wheel itself, the emulator."""
+    project = render(emulator=emulator)
+    env = {**os.environ, "KIT_SOURCE": str(KIT / "src"), "TORCH_REQUIREMENT": "torch --index-url https://i"}
+    env.pop("LMCACHE_DEVICE_KIT", None)
+    done = subprocess.run([sys.executable, "-c", INSTALLS, json.dumps(arguments)], cwd=project, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    installs = json.loads(done.stdout.splitlines()[-1])
+    lmcache, *past_pin = arguments
+    test_extra = tomllib.loads((project / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    expected = [[f"lmcache-device-kit=={kit_version()}"],
+                *[args for _, args in environment_steps(["torch", "--index-url", "https://i"], str(lmcache))],
+                test_extra if past_pin else ["dist/w.whl[test]"], ["--force-reinstall", "--no-deps", "dist/w.whl"]]  # fmt: skip
+    if emulator == "yes":
+        expected.append(["--force-reinstall", "--no-deps", str(project.resolve() / "emulator")])
+    assert installs == expected
+    if lmcache == "0.5.4":  # LMCache's fact, not only the kit's word: 0.5.4's command line imports openai
+        assert ["lmcache==0.5.4", "openai"] in installs
+
+
+def test_every_release_the_template_proves_has_its_command_lines_dependencies_in_the_kit() -> None:
+    """Adding a release to cookiecutter.json means checking what its ``lmcache server`` imports undeclared (an
+    lmcache the kit's table does not know gets every dependency it lists, which hides what the release needs)."""
+    assert sorted(set(LMCACHE_RELEASES + PRERELEASES) - set(CLI_EXTRAS)) == []
 
 
 def test_a_kit_wheel_without_the_doctor_command_is_refused_naming_it(tmp_path: Path) -> None:

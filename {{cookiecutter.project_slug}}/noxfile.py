@@ -103,9 +103,6 @@ def kit(tool: str) -> list[str]:
 
 
 RELEASES = tested_lmcache_releases()
-#: Undeclared dependencies of a release's ``lmcache`` command line (the E2E tests start
-#: ``lmcache server``).
-CLI_EXTRAS: dict[str, list[str]] = {{ cookiecutter._lmcache_cli_extras | tojson }}
 
 
 @nox.session
@@ -182,32 +179,27 @@ def kit_requirement() -> list[str]:
 
 
 def install_plugin(session: nox.Session, lmcache: str, past_pin: bool = False) -> None:
-    """torch, then ``lmcache`` (a release such as 0.5.6, ``pre``: the newest release
-    or pre-release, or any pip requirement), then this wheel (never editable) with its
-    test extra. ``past_pin`` keeps that lmcache even outside the wheel's own lmcache
-    range (the canary)."""
-    session.install(*TORCH)  # first: lmcache's own torch requirement is unpinned
-    requirement = f"lmcache=={lmcache}" if lmcache[:1].isdigit() else lmcache
-    pre = ["--pre"] if lmcache == "pre" else []
-    requirement = "lmcache" if pre else requirement
-    # The CLI's undeclared dependencies: the release's, or every tested release's.
-    every = sorted({extra for extras in CLI_EXTRAS.values() for extra in extras})
-    extras = CLI_EXTRAS.get(lmcache, []) if lmcache in RELEASES else every
-    session.install("--upgrade", *pre, requirement, *extras)
+    """This wheel (never editable) and what its tests need, in the kit's order
+    (python -m lmcache_device_kit.install): torch, then ``lmcache`` (a release such as
+    0.5.6, ``pre``: the newest release or pre-release, or any pip requirement) with its
+    command line's undeclared dependencies, then the wheel with its test extra, then
+    the CPU emulator if the project has one. ``past_pin`` keeps that lmcache even
+    outside the wheel's own lmcache range (the canary)."""
     wheel = build_wheel(session)
-    session.install(*kit_requirement())  # first: the test extra pins it
-    if past_pin:  # the test extra alone: the wheel's requirements would move lmcache
-        project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-        session.install(*project["optional-dependencies"]["test"])
-    else:
-        session.install(f"{wheel}[test]")
-    session.install("--force-reinstall", "--no-deps", str(wheel))
+    session.install(*kit_requirement())  # first: it says the order (needs packaging)
+    order = ["python", "-m", "lmcache_device_kit.install", "--lmcache", lmcache]
+    order += [f"--torch={' '.join(TORCH)}", "--project", str(ROOT)]
+    order += ["--wheel", str(wheel)]
 {%- if cookiecutter.emulator == 'yes' %}
     # The CPU emulator: a distribution of its own, never in the wheel; torch loads it
-    # when {{ cookiecutter.__emulator_env_var }}=1 (the tests set it unless it is
-    # 0).
-    session.install(str(ROOT / "emulator"))
+    # when {{ cookiecutter.__emulator_env_var }}=1,
+    # which the tests set unless it is 0.
+    order += ["--emulator", str(ROOT / "emulator")]
 {%- endif %}
+    order += ["--past-pin"] if past_pin else []
+    steps = session.run(*order, silent=True)
+    for _, arguments in json.loads(str(steps).splitlines()[-1]):
+        session.install(*arguments)
 
 
 @nox.session
