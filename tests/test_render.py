@@ -506,3 +506,20 @@ def test_rendered_readme_states_the_cycles_the_soak_runs(render: Callable[..., P
     defaults = {name: int(value) for name, value in re.findall(r'"--(cycles|warmup)", type=int, default=(\d+)', soak)}
     expected = f"{defaults['warmup']:,} warm-up and {defaults['cycles']:,} measured cycles"
     assert expected in " ".join((project / "README.md").read_text().split())
+
+
+def test_the_build_tree_keeps_no_empty_package_directory_of_a_previous_render(tmp_path: Path) -> None:
+    """An empty src/<package>/ left by another render is a namespace package to setuptools, which would name it in
+    the next wheel's top_level.txt (a CI run saw lmcache_acme_...'s wheel claim lmcache_foo); build/ stays."""
+    from tasks.project import sync_tree
+
+    first, second, tree = tmp_path / "first", tmp_path / "second", tmp_path / "tree"
+    (first / "src/lmcache_foo").mkdir(parents=True)
+    (first / "src/lmcache_foo/__init__.py").write_text("")
+    (second / "src/lmcache_acme").mkdir(parents=True)
+    (second / "src/lmcache_acme/__init__.py").write_text("")
+    sync_tree(first, tree)
+    (tree / "build/temp.linux").mkdir(parents=True)
+    sync_tree(second, tree)
+    assert sorted(p.name for p in (tree / "src").iterdir()) == ["lmcache_acme"]
+    assert (tree / "build/temp.linux").is_dir()
