@@ -31,6 +31,8 @@ from typing import Any
 # Third Party
 import pytest
 
+#: The dimension words LMCache spells its EngineKVFormat names with (0.5.4 to 0.5.7rc2).
+FORMAT_TOKENS = frozenset("NL X TWO ONE NB BS NH HS CS NP NBBS BSV BSS".split())
 #: The op whose path depends on the KV format, and its paths.
 TRANSFER = "multi_layer_block_kv_transfer"
 PATHS = ("native", "fallback")
@@ -65,13 +67,19 @@ def native_kv_formats(native: Any) -> frozenset[str]:
             "frozenset of EngineKVFormat names (strings)"
         )
     known = set(EngineKVFormat.__members__)
-    unknown = sorted(set(declared) - known)
-    if unknown:
+    # A format a newer LMCache added (0.5.4 has no NL_X_TWO_X_NB_BS_NH_HS) never reaches
+    # the kernels on this one; a name not spelt from LMCache's dimensions is a mistake.
+    misspelt = sorted(
+        name
+        for name in set(declared) - known
+        if not set(name.split("_")) <= FORMAT_TOKENS
+    )
+    if misspelt:
         pytest.fail(
-            f"{native.__name__}.NATIVE_KV_FORMATS names {unknown}, which this "
-            f"lmcache's EngineKVFormat does not have: choose from {sorted(known)}"
+            f"{native.__name__}.NATIVE_KV_FORMATS names {misspelt}, which no "
+            f"EngineKVFormat can be: this lmcache has {sorted(known)}"
         )
-    return frozenset(declared)
+    return frozenset(declared) & known
 
 
 def paths_taken(native: Any) -> Mapping[str, int]:
