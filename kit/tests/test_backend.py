@@ -141,3 +141,24 @@ def test_a_device_is_present_only_where_its_torch_module_says_it_is_available(
         slow_path_mark="",
     )
     assert backend.device_present() is present
+
+
+def test_the_distribution_of_a_package_is_the_one_that_ships_its_files(
+    fake_plugin: Callable[..., str], tmp_path: Path
+) -> None:
+    """Another wheel's top_level.txt naming the package (an empty directory setuptools
+    took for a namespace package) and a second metadata directory of the same
+    distribution are left out."""
+    package = fake_plugin("lmcache_bar")
+    for dist, top_level, shipped in (
+        ("lmcache_bar_device", package, f"{package}/__init__.py"),
+        ("lmcache_acme_device", f"lmcache_acme\n{package}", "lmcache_acme/__init__.py"),
+    ):
+        info = tmp_path / f"{dist}-0.1.0.dist-info"
+        info.mkdir()
+        name = dist.replace("_", "-")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\n")
+        (info / "top_level.txt").write_text(top_level + "\n")
+        (info / "RECORD").write_text(f"{shipped},,\n")
+    assert kit_backend.distributions_of(package) == ["lmcache-bar-device"]
+    assert kit_backend.distributions_of(f"{package}.device") == ["lmcache-bar-device"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 # Standard
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -120,6 +121,12 @@ class Backend:
     def has_emulator(self) -> bool:
         return bool(self.emulator_env_var)
 
+    @property
+    def in_tree(self) -> bool:
+        """An in-tree backend lives in LMCache's package; a plugin in a wheel of its
+        own."""
+        return self.package.startswith("lmcache.")
+
     def torch_module(self) -> Any:
         """``torch.<name>``, importing the extension module first if torch did not
         autoload it (None if torch still has no such module); imports torch, raises
@@ -141,6 +148,25 @@ class Backend:
             return bool(module is not None and module.is_available())
         except Exception:  # any failure means "no device here"
             return False
+
+
+def distributions_of(package: str) -> list[str]:
+    """The installed distributions that ship ``package``'s files (normally one).
+
+    Another wheel's ``top_level.txt`` may name the package too without shipping it (an
+    empty directory setuptools took for a namespace package), and one distribution is
+    named once per metadata directory on ``sys.path``: both are left out."""
+    top = package.split(".")[0]
+    return sorted(
+        {
+            name
+            for name in metadata.packages_distributions().get(top, [])
+            if any(
+                str(f).startswith(f"{top}/")
+                for f in metadata.distribution(name).files or ()
+            )
+        }
+    )
 
 
 def use(package: str) -> Backend:

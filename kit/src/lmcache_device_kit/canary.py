@@ -24,7 +24,7 @@ from __future__ import annotations
 
 # Standard
 from datetime import datetime, timezone
-from importlib.metadata import packages_distributions, requires, version
+from importlib.metadata import requires, version
 from pathlib import Path
 from xml.etree import ElementTree
 import argparse
@@ -72,7 +72,7 @@ def supported_range(package: str) -> str:
     # Third Party
     from packaging.requirements import Requirement
 
-    (distribution, *_) = packages_distributions()[package.split(".")[0]]
+    (distribution, *_) = kit_backend.distributions_of(package)
     declared = [Requirement(text) for text in requires(distribution) or []]
     return str(next(r for r in declared if r.name == "lmcache").specifier)
 

@@ -58,8 +58,10 @@ def plugin_packages(project: dict[str, Any]) -> list[str]:
 
 
 def entry_point_problems(project: dict[str, Any], entry_points: str) -> list[str]:
-    groups = {**project.get("entry-points", {}), "console_scripts": {}}
-    groups["console_scripts"] = project.get("scripts", {})
+    groups = {
+        **project.get("entry-points", {}),
+        "console_scripts": project.get("scripts", {}),
+    }
     problems = []
     if not project.get("entry-points", {}).get(ENTRY_POINT_GROUP):
         problems.append(

@@ -104,22 +104,11 @@ def our_ops() -> str:
 
 def distribution() -> str:
     """The distribution that installs the backend's package."""
-    top = kit_backend.current().package.split(".")[0]
-    # the one that ships the package's files: another wheel's top_level.txt may name it
-    # too (an empty directory setuptools took for a namespace package)
-    names = sorted(
-        {
-            name
-            for name in metadata.packages_distributions().get(top, [])
-            if any(
-                str(f).startswith(f"{top}/")
-                for f in metadata.distribution(name).files or ()
-            )
-        }
-    )
+    package = kit_backend.current().package
+    names = kit_backend.distributions_of(package)
     assert len(names) == 1, (
-        f"{top}'s files are installed by {names or 'no distribution'}: uninstall all "
-        "but the plugin's own wheel"
+        f"{package}'s files are installed by {names or 'no distribution'}: uninstall "
+        "all but the plugin's own wheel"
     )
     return names[0]
 

@@ -34,11 +34,17 @@ def spec() -> Any:
     return found
 
 
+def offers_lmcache_driven(spec: Any) -> bool:
+    """Whether ``spec`` offers LMCache-driven transfer, with an IPC wrapper to hand
+    over."""
+    return bool(spec.is_lmcache_driven_available() and spec.ipc_wrapper_cls is not None)
+
+
 @pytest.fixture
 def lmcache_driven(spec: Any) -> Any:
     """The spec, for a test that needs LMCache-driven transfer; skips where the spec
     does not offer it (a class of such tests says ``requires``)."""
-    if not spec.is_lmcache_driven_available() or spec.ipc_wrapper_cls is None:
+    if not offers_lmcache_driven(spec):
         pytest.skip(missing_reason({"lmcache_driven"}))
     return spec
 

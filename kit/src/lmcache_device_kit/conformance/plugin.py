@@ -32,6 +32,7 @@ from lmcache_device_kit.conformance.fixtures import (
     emulator,
     lmcache_driven,
     native,
+    offers_lmcache_driven,
     param,
     pytest_runtest_logreport,
     pytest_runtest_setup,
@@ -88,17 +89,13 @@ def backend_capabilities() -> frozenset[str]:
     if find_spec(f"{backend.package}.native_ops") is not None and native_switched_on():
         found.add("native_ops")
     # an in-tree backend lives in LMCache's package; a plugin in a wheel of its own
-    found.add("in_tree" if backend.package.startswith("lmcache.") else "wheel")
+    found.add("in_tree" if backend.in_tree else "wheel")
     if "device" in found:
         # First Party
         from lmcache.v1.platform import get_device_spec
 
         found_spec = get_device_spec(backend.device_type)
-        if (
-            found_spec is not None
-            and found_spec.is_lmcache_driven_available()
-            and found_spec.ipc_wrapper_cls is not None
-        ):
+        if found_spec is not None and offers_lmcache_driven(found_spec):
             found.add("lmcache_driven")
     return frozenset(found)
 
@@ -119,10 +116,10 @@ def pytest_report_header() -> list[str]:
     backend = kit_backend.current()
     spec_ = find_spec(backend.package)
     origin = spec_.origin if spec_ else "NOT INSTALLED"
-    if backend.package.startswith("lmcache."):
+    if backend.in_tree:
         plugin = f"{backend.package} (in-tree) from {origin}"
     else:
-        dists = metadata.packages_distributions().get(backend.package)
+        dists = kit_backend.distributions_of(backend.package)
         version = metadata.version(dists[0]) if dists else "(not installed)"
         plugin = f"{backend.package} {version} from {origin}"
     emulator = (

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 # Local
-from ..backend import Backend, BackendNotConfigured
+from ..backend import Backend, BackendNotConfigured, distributions_of
 
 #: The entry-point group LMCache loads device plugins from (its built-in backends
 #: have no entry point: LMCache finds them in its own tree).
@@ -93,5 +93,5 @@ def select(
 def distribution(package: str) -> str:
     """The distribution that installed ``package`` (what ``pip install`` takes), or a
     description of it when no installed distribution holds it (a source tree)."""
-    found = metadata.packages_distributions().get(package.split(".")[0], [])
+    found = distributions_of(package)
     return found[0] if found else f"the wheel that holds {package}"
