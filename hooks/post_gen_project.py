@@ -12,15 +12,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 
-def remove_empty_directories(root: Path) -> list[Path]:
-    """Delete every empty directory under ``root`` (deepest first); return what was removed."""
+def remove_empty_directories(root: Path, keep: Callable[[Path], bool] = lambda path: False) -> list[Path]:
+    """Delete every empty directory under ``root`` (deepest first) but those ``keep`` names; return what was
+    removed."""
     removed = []
     for current, _dirs, _files in sorted(os.walk(root), key=lambda entry: -len(Path(entry[0]).parts)):
         path = Path(current)
-        if path != root and not any(path.iterdir()):
+        if path != root and not keep(path) and not any(path.iterdir()):
             path.rmdir()
             removed.append(path)
     return removed

@@ -8,7 +8,6 @@ import ast
 import json
 import re
 import tomllib
-import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement

@@ -12,7 +12,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from tasks.checks import MAX_LINES, import_circles, package_imports, read_wheel
+from tasks.checks import MAX_LINES, import_circles, package_imports
+from tasks.kit_source import read_wheel
 from tasks.variants import ROOT
 
 KIT = ROOT / "kit"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nox
 
+from hooks.post_gen_project import remove_empty_directories
 from tasks.checks import (
     WHEEL_STYLE_CHECKS,
     context,
@@ -117,9 +118,7 @@ def sync_tree(source: Path, target: Path) -> None:
             path.unlink()
     # and the directories that left empty: setuptools finds an empty src/<package>/ as a namespace package and
     # names it in the next render's top_level.txt (seen: a wheel of lmcache_acme_... claiming lmcache_foo)
-    for path in sorted((p for p in target.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        if path.relative_to(target).parts[0] != "build" and not any(path.iterdir()):
-            path.rmdir()
+    remove_empty_directories(target, keep=lambda path: path.relative_to(target).parts[0] == "build")
     for relative in sorted(wanted):
         src, dst = source / relative, target / relative
         if not (dst.is_file() and filecmp.cmp(src, dst, shallow=False)):
