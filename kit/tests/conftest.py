@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Fakes for the kit's tests: a plugin package made from the template, as files.
+"""Fakes for the kit's tests: a plugin package made from the template, as files;
+and a process of its own for code that imports LMCache.
 
 The kit's tests need no real plugin: a package with the template's ``names.py``
-(and whatever modules a test gives it) on ``sys.path`` stands for one.
+(and whatever modules a test gives it) on ``sys.path`` stands for one. Importing
+LMCache builds its device registry and loads every installed plugin, so tests that
+need it run their code in a new interpreter (``in_lmcache``).
 """
 
 # Future
@@ -11,6 +14,10 @@ from __future__ import annotations
 # Standard
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+import json
+import os
+import subprocess
 import sys
 import textwrap
 
@@ -53,3 +60,20 @@ def fake_plugin(
     kit_backend.current.cache_clear()
     for module in [m for m in sys.modules if m.split(".")[0] in made]:
         del sys.modules[module]
+
+
+def in_lmcache(code: str, path: Path | None = None) -> Any:
+    """The JSON ``code`` prints last, run in a new interpreter (``path`` first on its
+    sys.path) that imports LMCache plainly: no backend chosen, no emulator."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LMCACHE_DEVICE_BACKEND",)}
+    env |= {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(path or "")}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=path or Path(__file__).parent.parent.parent,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
