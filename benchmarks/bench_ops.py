@@ -67,7 +67,7 @@ def measure(reps: int, package: str, device: str) -> dict:
                 if call >= SETTLE:
                     times[name].append(time.perf_counter() - start)
     native = sys.modules.get(f"{package}.native_ops")
-    support = sys.modules.get(f"{package}._ops_support")
+    support = sys.modules.get(f"{package}._lmcache_compat")
     return {
         "device": device,
         "times": times,

@@ -160,7 +160,7 @@ def main() -> int:
         from lmcache.v1.platform import resolve_device_ops
 
         native = sys.modules.get(f"{args.package}.native_ops")
-        support = sys.modules.get(f"{args.package}._ops_support")
+        support = sys.modules.get(f"{args.package}._lmcache_compat")
         ops = resolve_device_ops(device.type)
         report(
             transfer_context=type(adapter.transfer_ctx).__name__,

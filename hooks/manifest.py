@@ -11,11 +11,17 @@ the pre-generation hook's checks and the files the option adds.
 
 A file in no part is rendered for every answer set. A path may name a directory (all
 of it goes). Paths are relative to the project directory, as the template names them.
+
+``COPIES`` lists the other way round what an answer set adds from beside the template:
+the kit's run-time LMCache shims (``kit/src/lmcache_device_kit/compat``), which a
+wheel requires as a dependency but LMCache's tree cannot, so an in-tree backend carries
+a copy of them (the hook copies them, unrendered: they stay written once, in the kit).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # the template's automation imports PARTS where jinja2 is not installed
@@ -24,6 +30,9 @@ if TYPE_CHECKING:  # the template's automation imports PARTS where jinja2 is not
 PACKAGE = "{{cookiecutter.__package_dir}}"
 TESTS = "{{cookiecutter.__tests_dir}}"
 LMCACHE_DRIVEN = ("opt_in", "default")
+#: The kit's run-time shims, beside the template, and where an in-tree backend keeps its copy.
+KIT_COMPAT = Path(__file__).resolve().parent.parent / "kit" / "src" / "lmcache_device_kit" / "compat"
+COMPAT_COPY = f"{PACKAGE}/_compat"
 
 
 class Part(NamedTuple):
@@ -63,7 +72,6 @@ PARTS = (
         tuple(
             f"{PACKAGE}/{name}"
             for name in (
-                "_lmcache_compat/kv_layout.py",
                 "after_stream.py",
                 "cache_context.py",
                 "event_ipc.py",
@@ -72,11 +80,6 @@ PARTS = (
                 "thread_context.py",
             )
         ),
-    ),
-    Part(
-        "the wire registration a wheel makes at run time",
-        {"lmcache_driven": LMCACHE_DRIVEN, "ownership": ("wheel",)},
-        (f"{PACKAGE}/_lmcache_compat/wire.py",),
     ),
     Part(
         "native ops: the C++ extension and its build",
@@ -103,6 +106,22 @@ PARTS = (
 )
 
 
+#: The kit's shims an in-tree backend copies (names in ``KIT_COMPAT``): the modules it runs, not what only a wheel
+#: does at load (``release``, ``wire``) nor what only the kit's doctor reads (``declared``).
+COPIES = (
+    Part(
+        "the kit's run-time LMCache shims, copied into an in-tree backend",
+        {"ownership": ("in_tree",)},
+        ("__init__.py", "ops_support.py", "resolve.py", "spec.py", "surface.py"),
+    ),
+    Part(
+        "the kit's KV layouts, for an in-tree backend's LMCache-driven transfer",
+        {"ownership": ("in_tree",), "lmcache_driven": LMCACHE_DRIVEN},
+        ("kv_layout.py",),
+    ),
+)
+
+
 def kept(part: Part, answers: Mapping[str, object]) -> bool:
     return all(answers[option] in choices for option, choices in part.when.items())
 
@@ -114,3 +133,11 @@ def dropped_paths(environment: Environment, answers: Mapping[str, object]) -> li
         if not kept(part, answers):
             dropped.update(environment.from_string(path).render(cookiecutter=answers) for path in part.paths)
     return sorted(dropped)
+
+
+def copied_files(environment: Environment, answers: Mapping[str, object]) -> list[tuple[str, str]]:
+    """(the kit's source file, the project-relative path of its copy) of each kit file ``answers`` copy in."""
+    target = environment.from_string(COMPAT_COPY).render(cookiecutter=answers)
+    return [
+        (str(KIT_COMPAT / name), f"{target}/{name}") for part in COPIES if kept(part, answers) for name in part.paths
+    ]

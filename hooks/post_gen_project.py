@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Delete what these answers leave out (``hooks/manifest.py``), then the directories left empty.
+"""Delete what these answers leave out (``hooks/manifest.py``), then the directories left empty; copy in the
+kit's files they add.
 
 Every template file is rendered; the optional parts an answer set does not keep are
 listed by the manifest (its Jinja extension renders the list into this script) and
 deleted here. Nothing outside the project directory is touched: a listed path that
-resolves outside it stops the hook.
+resolves outside it stops the hook. An in-tree backend then gets its copy of the kit's
+run-time LMCache shims (``COPIES``), byte for byte.
 """
 
 from __future__ import annotations
@@ -42,5 +44,16 @@ def prune(root: Path, dropped: list[str]) -> None:
     remove_empty_directories(root)
 
 
+def copy_in(root: Path, copies: list[tuple[str, str]]) -> None:
+    """Copy each ``(source, project-relative destination)``; a destination outside the project stops the hook first."""
+    for _, relative in copies:
+        if root.resolve() not in (root / relative).resolve().parents:
+            raise SystemExit(f"hooks/manifest.py copies to {relative!r}, outside the project: fix the manifest")
+    for source, relative in copies:
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, root / relative)
+
+
 if __name__ == "__main__":
     prune(Path.cwd(), json.loads(r"""{{ dropped_paths(cookiecutter) | tojson }}"""))
+    copy_in(Path.cwd(), json.loads(r"""{{ copied_files(cookiecutter) | tojson }}"""))

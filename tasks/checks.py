@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from hooks.manifest import PACKAGE, PARTS, kept
-from tasks.kit_source import plugin_wheel_problems, read_wheel
+from tasks.kit_source import compatible_range, plugin_wheel_problems, read_wheel
 
 #: Template syntax that must not survive rendering.
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
@@ -85,7 +85,8 @@ def rendered_text_problems(project: Path) -> list[str]:
 
 def wheel_problems(wheel: Path, project: Path) -> list[str]:
     """What is wrong with a render's wheel: the kit's wheel check (a vendor's ``nox -s build`` runs the same), then
-    what holds it to the render's answers: the entry point, the tested lmcache range, which modules ship."""
+    what holds it to the render's answers: the entry point, the tested lmcache range, the kit's range from this
+    template's kit version, which modules ship."""
     ctx = context(project)
     package = ctx["import_package"]
     names, _, entry_points, metadata = read_wheel(wheel)
@@ -105,6 +106,12 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
     untested = [v for v in ctx["_lmcache_tested"] if not requirement.specifier.contains(v)]
     if untested:
         problems.append(f"{requirement} excludes tested releases {untested}")
+    from tasks.kit import KIT_DISTRIBUTION, kit_version  # here: tasks.kit imports this module
+
+    kit = [r for r in declared if r.name == KIT_DISTRIBUTION and r.marker is None]
+    wanted = f"{KIT_DISTRIBUTION}{compatible_range(kit_version())}"
+    if [r.specifier for r in kit] != [Requirement(wanted).specifier]:
+        problems.append(f"Requires-Dist for {KIT_DISTRIBUTION} is {[str(r) for r in kit]}, expected {wanted!r}")
     shipped = {
         "native ops": (
             any(n.startswith(f"{package}/_kernels") and n.endswith(".so") for n in names)
@@ -129,7 +136,7 @@ def package_imports(package_dir: Path, package: str) -> dict[str, set[str]]:
 
     Every import counts wherever it stands (in functions and ``TYPE_CHECKING``
     blocks too): a lazy import is still a dependency. Modules are named relative
-    to the package (``device``, ``_lmcache_compat.wire``; ``__init__`` for the package itself).
+    to the package (``device``, ``_compat.surface``; ``__init__`` for the package itself).
     """
 
     def module_name(path: Path) -> str:

@@ -18,6 +18,9 @@ if str(KIT_SOURCE) not in sys.path:
     sys.path.insert(0, str(KIT_SOURCE))
 
 from lmcache_device_kit.install import CLI_EXTRAS, environment_steps, plugin_steps  # noqa: E402
-from lmcache_device_kit.wheel_check import plugin_wheel_problems, read_wheel  # noqa: E402
+from lmcache_device_kit.wheel_check import compatible_range, plugin_wheel_problems, read_wheel  # noqa: E402
 
-__all__ = ["CLI_EXTRAS", "KIT_SOURCE", "environment_steps", "plugin_steps", "plugin_wheel_problems", "read_wheel"]
+__all__ = [
+    "CLI_EXTRAS", "KIT_SOURCE", "compatible_range", "environment_steps", "plugin_steps", "plugin_wheel_problems",
+    "read_wheel",
+]  # fmt: skip

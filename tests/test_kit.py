@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from hooks.kit_version import kit_requirement as kit_requirement_in_renders
 from hooks.kit_version import kit_version as kit_version_in_renders
 from tasks.kit import KIT, kit_structure_problems, kit_version, kit_wheel_problems
-from tasks.kit_source import CLI_EXTRAS, environment_steps
+from tasks.kit_source import CLI_EXTRAS, compatible_range, environment_steps
 from tasks.variants import LMCACHE_RELEASES, PRERELEASES
 
 
@@ -36,6 +37,16 @@ def test_a_render_pins_the_kit_at_the_version_the_kit_declares(render: Callable[
     test_extra = tomllib.loads((render() / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
     assert f"lmcache-device-kit=={kit_version()}" in test_extra
     assert kit_version_in_renders() == kit_version()
+
+
+@pytest.mark.parametrize(("version", "expected"), [("0.2.0", ">=0.2.0,<0.3"), ("0.2.7", ">=0.2.7,<0.3"), ("1.9.1", ">=1.9.1,<1.10")])
+def test_the_kit_range_a_render_requires_is_the_compatible_range_the_kits_wheel_check_accepts(
+    version: str, expected: str
+) -> None:
+    """The hook that renders the wheel's requirement of the kit and the kit's wheel check agree on what a compatible
+    range is: the release the render was made with, up to the next minor one."""
+    assert kit_requirement_in_renders(version) == f"lmcache-device-kit{expected}"
+    assert compatible_range(version) == expected
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 from jinja2 import Environment
 
-from hooks.manifest import PARTS, dropped_paths
-from hooks.post_gen_project import prune
+from hooks.manifest import COPIES, KIT_COMPAT, PARTS, copied_files, dropped_paths
+from hooks.post_gen_project import copy_in, prune
 
 TEMPLATE = Path(__file__).resolve().parent.parent
 PROJECT = TEMPLATE / "{{cookiecutter.project_slug}}"
@@ -39,6 +40,43 @@ def test_every_condition_names_an_option_and_its_choices(part) -> None:  # type:
         assert set(choices) <= set(OPTIONS[option]), f"{option!r} has no choice among {choices}"
 
 
+@pytest.mark.parametrize("part", COPIES, ids=[part.name for part in COPIES])
+def test_every_kit_file_the_manifest_copies_is_a_run_time_module_of_the_kits_shims(part) -> None:  # type: ignore[no-untyped-def]
+    """What an in-tree backend copies exists in the kit, and is none of what only a wheel or the doctor uses."""
+    assert [name for name in part.paths if not (KIT_COMPAT / name).is_file()] == []
+    assert not {"declared.py", "release.py", "wire.py"} & set(part.paths)
+    for option, choices in part.when.items():
+        assert set(choices) <= set(OPTIONS[option]), f"{option!r} has no choice among {choices}"
+
+
+def test_an_in_tree_answer_set_copies_the_kits_shims_into_its_package_and_a_wheel_none(tmp_path: Path) -> None:
+    answers = {"ownership": "in_tree", "lmcache_driven": "no", "__package_dir": "lmcache/v1/platform/devices/foo"}
+    copies = copied_files(Environment(), answers)
+    assert [target for _, target in copies] == [
+        f"lmcache/v1/platform/devices/foo/_compat/{name}"
+        for name in ("__init__.py", "ops_support.py", "resolve.py", "spec.py", "surface.py")
+    ]
+    assert copied_files(Environment(), {**answers, "ownership": "wheel"}) == []
+    copy_in(tmp_path, copies)
+    assert (tmp_path / copies[0][1]).read_bytes() == (KIT_COMPAT / "__init__.py").read_bytes()
+    with pytest.raises(SystemExit, match="outside the project: fix the manifest"):
+        copy_in(tmp_path / "project", [(copies[0][0], "../outside.py")])
+    assert not (tmp_path / "outside.py").exists()
+
+
+@pytest.mark.parametrize("lmcache_driven", ["no", "default"])
+def test_the_shims_an_in_tree_backend_copies_import_only_each_other(lmcache_driven: str) -> None:
+    """Every shim module an in-tree copy imports when it loads is copied too, and, with LMCache-driven transfer (whose
+    server calls the pointer-mode helpers), every module they import at call time as well."""
+    answers = {"ownership": "in_tree", "lmcache_driven": lmcache_driven, "__package_dir": "lmcache/v1/platform/devices/foo"}
+    copied = {Path(target).name for _, target in copied_files(Environment(), answers)}
+    for name in sorted(copied):
+        tree = ast.parse((KIT_COMPAT / name).read_text())
+        nodes = ast.walk(tree) if lmcache_driven != "no" else iter(tree.body)
+        imported = {f"{node.module}.py" for node in nodes if isinstance(node, ast.ImportFrom) and node.level == 1}
+        assert imported <= copied, f"{name} imports {sorted(imported - copied)}, which an in-tree backend does not copy"
+
+
 def test_answers_drop_exactly_the_parts_they_do_not_keep() -> None:
     answers = {
         "ownership": "wheel", "lmcache_driven": "no", "native_ops": "yes", "emulator": "yes", "backend_name": "foo",
@@ -62,7 +100,7 @@ def test_the_hook_refuses_a_path_outside_the_project_and_deletes_nothing(tmp_pat
 def test_an_engine_driven_wheel_render_has_none_of_the_lmcache_driven_part(render: Callable[..., Path]) -> None:
     project = render(lmcache_driven="no", native_ops="no", emulator="no")
     package = project / "src/lmcache_foo"
-    assert not (package / "ipc_wrapper.py").exists() and not (package / "_lmcache_compat/wire.py").exists()
+    assert not (package / "ipc_wrapper.py").exists() and "WireType" not in (package / "_lmcache_compat.py").read_text()
     assert not (project / "emulator").exists() and not (project / "setup.py").exists()
     assert (package / "device_ops.py").exists()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hooks.manifest import KIT_COMPAT
 from tasks.checks import EMULATOR_FILES, WHEEL_STYLE_CHECKS, files, leftover_syntax
 from tasks.lmcache_style import check_contribution
 from tasks.variants import NEWEST, ROOT
@@ -61,9 +62,10 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     project = render(ownership="in_tree", lmcache_driven="default")
     rendered = files(project)
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
-        "__init__.py", "names.py", "_lmcache_compat/__init__.py", "_lmcache_compat/kv_layout.py", "_lmcache_compat/surface.py",
-        "device_ops.py", "_ops_support.py", "ipc_wrapper.py", "cache_context.py", "after_stream.py", "thread_context.py",
-        "event_ipc.py", "pin_memory.py")}  # fmt: skip
+        "__init__.py", "names.py", "_lmcache_compat.py", "_compat/__init__.py", "_compat/kv_layout.py",
+        "_compat/ops_support.py", "_compat/resolve.py", "_compat/spec.py", "_compat/surface.py", "device_ops.py",
+        "ipc_wrapper.py",
+        "cache_context.py", "after_stream.py", "thread_context.py", "event_ipc.py", "pin_memory.py")}  # fmt: skip
     emulator = {f"{IN_TREE_TESTS}_emulator/pyproject.toml",
                 *(f"{IN_TREE_TESTS}_emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES)}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (
@@ -85,10 +87,20 @@ def test_in_tree_spec_class_is_defined_in_the_package_init_and_imports_only_devi
 
 
 def test_in_tree_compat_module_neither_checks_the_release_nor_patches_the_wire_codec(render: Callable[..., Path]) -> None:
-    """In LMCache's tree the backend ships with LMCache, and the wire type comes from the patch, not a runtime registration."""
+    """In LMCache's tree the backend ships with LMCache, and the wire type comes from the patch, not a runtime registration:
+    its binding imports its own copy of the kit's run-time shims (LMCache cannot depend on the kit), without a
+    release check or a wire registration."""
     project = render(ownership="in_tree", lmcache_driven="default")
-    compat = (project / IN_TREE_PACKAGE / "_lmcache_compat" / "__init__.py").read_text()
-    assert "check_lmcache_version" not in compat and not (project / IN_TREE_PACKAGE / "_lmcache_compat" / "wire.py").exists()
+    compat = (project / IN_TREE_PACKAGE / "_lmcache_compat.py").read_text()
+    assert "check_lmcache_version" not in compat and "wire" not in compat.split('"""')[2]
+    assert "lmcache_device_kit" not in compat and f"import {IN_TREE_PACKAGE.replace('/', '.')}._compat as compat" in compat
+    copies = sorted(path.name for path in (project / IN_TREE_PACKAGE / "_compat").iterdir())
+    assert copies == ["__init__.py", "kv_layout.py", "ops_support.py", "resolve.py", "spec.py", "surface.py"]
+    for name in copies:  # byte for byte: the shims stay written once, in the kit
+        assert (project / IN_TREE_PACKAGE / "_compat" / name).read_bytes() == (KIT_COMPAT / name).read_bytes(), name
+    engine_only = render(ownership="in_tree", lmcache_driven="no") / IN_TREE_PACKAGE / "_compat"
+    expected = ["__init__.py", "ops_support.py", "resolve.py", "spec.py", "surface.py"]
+    assert sorted(path.name for path in engine_only.iterdir()) == expected
     assert "check_lmcache_version" not in (project / IN_TREE_PACKAGE / "__init__.py").read_text()
     wrapper = (render(ownership="in_tree", lmcache_driven="opt_in") / IN_TREE_PACKAGE / "ipc_wrapper.py").read_text()
     imported = wrapper.split("from lmcache.v1.platform.base.ipc_wire import (", 1)[1].split(")", 1)[0].split()

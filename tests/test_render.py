@@ -28,6 +28,7 @@ from tasks.checks import (
     structure_problems,
     wheel_problems,
 )
+from hooks.manifest import KIT_COMPAT
 from tasks.kit import kit_version
 from tasks.variants import OPTIONS, combination, combination_id, matrix
 
@@ -41,11 +42,9 @@ EXPECTED_FILES = {
     "noxfile.py",
     "pyproject.toml",
     "src/lmcache_foo/__init__.py",
-    "src/lmcache_foo/_lmcache_compat/__init__.py",
-    "src/lmcache_foo/_lmcache_compat/surface.py",
+    "src/lmcache_foo/_lmcache_compat.py",
     "src/lmcache_foo/device.py",
     "src/lmcache_foo/device_ops.py",
-    "src/lmcache_foo/_ops_support.py",
     "src/lmcache_foo/doctor.py",
     "src/lmcache_foo/names.py",
     "src/lmcache_foo/py.typed",
@@ -61,9 +60,7 @@ NATIVE_FILES = {
 }  # fmt: skip
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py"
-    for name in ("ipc_wrapper", "cache_context", "after_stream", "thread_context", "event_ipc", "pin_memory",
-                 "_lmcache_compat/kv_layout",
-                 "_lmcache_compat/wire")
+    for name in ("ipc_wrapper", "cache_context", "after_stream", "thread_context", "event_ipc", "pin_memory")
 }
 #: LMCache's per-device tests ported to a plugin (the kit's conformance.ports), subclassed: the contract's devices
 #: suite, in wheels with LMCache-driven classes.
@@ -143,7 +140,7 @@ def test_every_rendered_python_file_compiles(render: Callable[..., Path], answer
     """Odd but valid names render into Python that compiles."""
     project = render(**answers)
     sources = sorted(project.rglob("*.py"))
-    assert len(sources) >= 10
+    assert len(sources) >= 9  # the smallest render: the package's 6 modules, the noxfile, 2 test modules
     for source in sources:
         compile(source.read_text(), str(source), "exec")
 
@@ -214,12 +211,13 @@ def test_the_wheel_check_holds_a_wheel_to_the_manifest_parts_its_answers_keep(
 def test_pyproject_declares_the_entry_point_and_requires_exactly_the_tested_lmcache_range(
     render: Callable[..., Path],
 ) -> None:
-    """The entry point is named backend_name and points to the spec; lmcache is >=oldest,<=newest tested release."""
+    """The entry point is named backend_name and points to the spec; lmcache is >=oldest,<=newest tested release
+    (and the kit, in its compatible range: see the doctor's test)."""
     meta = pyproject(render())
     project = meta["project"]
     assert project["entry-points"]["lmcache.device_plugins"] == {"foo": "lmcache_foo.device:FooDeviceSpec"}
     tested = json.loads((TEMPLATE / "cookiecutter.json").read_text())["_lmcache_tested"]
-    assert project["dependencies"] == [f"lmcache>={tested[0]},<={tested[-1]}"]
+    assert project["dependencies"][0] == f"lmcache>={tested[0]},<={tested[-1]}"
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     assert meta["tool"]["setuptools"]["packages"]["find"]["where"] == ["src"]
 
@@ -236,16 +234,20 @@ def test_backend_name_is_used_for_the_entry_point_and_the_spec(render: Callable[
 
 @pytest.mark.parametrize("choice", ["no", "default"])
 def test_spec_module_imports_nothing_from_lmcache_but_device_spec(render: Callable[..., Path], choice: str) -> None:
-    """device.py and what it imports at load keep LMCache imports out of module level, except DeviceSpec,
-    (for LMCache-driven support) the discovery-safe wire codec module, and the package's own first import,
-    ``lmcache`` itself (during discovery, the half-imported lmcache: a no-op)."""
+    """device.py and what it imports at load (the binding, and the kit's release shims: all of them) keep LMCache
+    imports out of module level, except DeviceSpec and the packages' own first import, ``lmcache`` itself (during
+    discovery, the half-imported lmcache: a no-op); of the kit, the binding imports only the shims."""
     project = render(lmcache_driven=choice)
-    allowed = {"lmcache.v1.platform.base.device_spec"} | ({"lmcache.v1.platform.base"} if choice != "no" else set())
-    loaded = ["device.py", "names.py", "_lmcache_compat/__init__.py", "__init__.py"]
-    for name in loaded + (["_lmcache_compat/wire.py"] if choice != "no" else []):
-        imported = module_level_imports((project / "src/lmcache_foo" / name).read_text())
-        also = {"lmcache"} if name == "__init__.py" else set()
-        assert {module for module in imported if module.startswith("lmcache")} <= allowed | also, name
+    package = project / "src/lmcache_foo"
+    sources = {name: (package / name).read_text() for name in ("device.py", "names.py", "_lmcache_compat.py", "__init__.py")}
+    kit_imports = {m for m in module_level_imports(sources["_lmcache_compat.py"]) if m.startswith("lmcache_device_kit")}
+    assert kit_imports and all(m.startswith("lmcache_device_kit.compat") for m in kit_imports), kit_imports
+    sources |= {f"kit {path.name}": path.read_text() for path in KIT_COMPAT.glob("*.py")}
+    for name, source in sources.items():
+        lmcache = {m for m in module_level_imports(source) if m == "lmcache" or m.startswith("lmcache.")}
+        first = name in ("__init__.py", "kit __init__.py")  # ``import lmcache`` before anything of their own
+        allowed = {"lmcache.v1.platform.base.device_spec"} | ({"lmcache"} if first else set())
+        assert lmcache <= allowed, name
 
 
 def module_level_imports(source: str) -> set[str]:
@@ -336,8 +338,8 @@ def test_a_new_final_lmcache_release_is_one_line_of_cookiecutter_json(tmp_path: 
 
     project = Path(cookiecutter(str(template), no_input=True, output_dir=str(tmp_path / "out")))
     requirement = f"lmcache>={tested[0]},<={final}"
-    assert pyproject(project)["project"]["dependencies"] == [requirement]
-    compat = (project / "src" / "lmcache_foo" / "_lmcache_compat" / "__init__.py").read_text()
+    assert pyproject(project)["project"]["dependencies"][0] == requirement
+    compat = (project / "src" / "lmcache_foo" / "_lmcache_compat.py").read_text()
     line = next(ln for ln in compat.splitlines() if ln.startswith("TESTED_LMCACHE_VERSIONS = "))
     assert ast.literal_eval(line.split("=", 1)[1].strip()) == tuple(tested)
     assert f'SUPPORTED_LMCACHE = "{requirement}"' in compat
@@ -460,33 +462,51 @@ def test_rendered_noxfile_offers_the_template_sessions_per_tested_release(render
     assert "soak" in noxfile_sessions(project)  # not a default session, so --list --json leaves it out
 
 
-def test_doctor_is_a_console_script_of_the_rendered_package_whose_checks_come_with_an_extra(
+def test_the_wheel_requires_the_kit_in_a_compatible_range_and_its_doctor_says_how_to_restore_it(
     render: Callable[..., Path],
 ) -> None:
-    """pyproject declares lmcache-foo-doctor -> lmcache_foo.doctor:main; the kit that holds its checks is the
-    ``doctor`` extra, at the kit's version, never a requirement of the wheel; the command names that extra."""
+    """pyproject declares lmcache-foo-doctor -> lmcache_foo.doctor:main; the wheel requires lmcache and the kit (its
+    release shims, the doctor's checks) in one minor series from the kit's version, the test extra pins that
+    version, no ``doctor`` extra is left; the command reads the kit's requirement from the wheel's metadata (the
+    conformance suite's doctor tests run it)."""
     project = render()
     declared = pyproject(project)["project"]
     assert declared["scripts"] == {"lmcache-foo-doctor": "lmcache_foo.doctor:main"}
-    assert declared["optional-dependencies"]["doctor"] == [f"lmcache-device-kit=={kit_version()}"]
-    assert [Requirement(text).name for text in declared["dependencies"]] == ["lmcache"]
-    assert 'pip install "lmcache-foo-device[doctor]"' in (project / "src/lmcache_foo/doctor.py").read_text()
+    major, minor, _ = kit_version().split(".")
+    kit = f"lmcache-device-kit>={kit_version()},<{major}.{int(minor) + 1}"
+    assert declared["dependencies"] == ["lmcache>=0.5.4,<=0.5.6", kit]
+    assert f"lmcache-device-kit=={kit_version()}" in declared["optional-dependencies"]["test"]
+    assert set(declared["optional-dependencies"]) == {"test"}
+    assert 'DISTRIBUTION = "lmcache-foo-device"' in (project / "src/lmcache_foo/doctor.py").read_text()
 
 
-def test_the_wheel_check_refuses_a_production_wheel_that_requires_the_kit_or_lacks_an_extra(
-    render: Callable[..., Path], tmp_path: Path
+@pytest.mark.parametrize(
+    ("requires", "problem"),
+    [
+        ("", "the production wheel does not require lmcache-device-kit: the release shims it runs on"),
+        ("lmcache-device-kit==0.2.0", "the production wheel requires lmcache-device-kit==0.2.0: require the kit in a "
+                                      "compatible range"),
+        ("lmcache-device-kit>=0.2.0", "the production wheel requires lmcache-device-kit>=0.2.0: require the kit"),
+        ("lmcache-device-kit>=0.1.0,<0.2", "Requires-Dist for lmcache-device-kit is ['lmcache-device-kit<0.2,>=0.1.0']"),
+        ("lmcache-device-kit>=0.2.0,<0.3\nRequires-Dist: torch", "the production wheel requires torch (lmcache and "
+                                                                  "lmcache-device-kit alone"),
+    ],
+)  # fmt: skip
+def test_the_wheel_check_refuses_a_production_wheel_whose_requirements_are_not_lmcache_and_the_kits_range(
+    render: Callable[..., Path], tmp_path: Path, requires: str, problem: str
 ) -> None:
-    """The wheel requires lmcache alone (the kit, only with extras), and carries every extra pyproject declares."""
+    """The wheel requires lmcache and the kit alone, the kit in this template's compatible range (a pin or an open
+    range would keep two plugins from one environment); every extra pyproject declares is in its metadata."""
     project = render()
     wheel = tmp_path / "lmcache_foo_device-0.1.0-py3-none-any.whl"
-    kit = f"lmcache-device-kit=={kit_version()}"
-    metadata = f"Metadata-Version: 2.4\nName: x\nRequires-Dist: lmcache>=0.5.4,<=0.5.6\nRequires-Dist: {kit}\n"
+    metadata = "Metadata-Version: 2.4\nName: x\nRequires-Dist: lmcache>=0.5.4,<=0.5.6\n"
+    metadata += f"Requires-Dist: {requires}\n" if requires else ""
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("lmcache_foo_device-0.1.0.dist-info/METADATA", metadata)
         archive.writestr("lmcache_foo_device-0.1.0.dist-info/entry_points.txt", "")
     problems = wheel_problems(wheel, project)
-    assert f"the production wheel requires {kit} (lmcache alone: the rest comes with extras)" in problems
-    assert f"METADATA lacks {kit!r} under the 'doctor' extra" in problems
+    assert any(p.startswith(problem) for p in problems), problems
+    assert f"METADATA lacks 'lmcache-device-kit=={kit_version()}' under the 'test' extra" in problems
 
 
 @pytest.mark.parametrize("native_ops", ["no", "yes"])

@@ -6,9 +6,9 @@ Sessions:
              pyproject.toml).
   typecheck  mypy on src/{{ " and emulator/src/" if cookiecutter.emulator == "yes" else "" }} (settings in pyproject.toml).
   build      build the wheel with a PEP 517 frontend and check its metadata: entry
-             point, console script, lmcache range (its only requirement), the
-             extras (test, doctor), licence, py.typed, no C++ sources (the kit's
-             wheel check).
+             point, console script, its requirements (the lmcache range and the
+             kit's compatible range), the test extra, licence, py.typed, no C++
+             sources (the kit's wheel check).
   tests      build and install the wheel (never editable) with torch and one tested
              lmcache release, then run the conformance suite from outside the source
 {% if cookiecutter.emulator == 'yes' %}             tree; on the CPU emulator (emulator/, installed beside the wheel)
@@ -39,10 +39,12 @@ Configuration (environment variables):
                      ``torch --index-url https://download.pytorch.org/whl/cpu``).
                      lmcache depends on an unpinned torch, so without this pip
                      pulls a multi-GB CUDA build.
-  LMCACHE_DEVICE_KIT pip arguments for the kit, the tests' harness (default: the
-                     template commit cruft recorded in .cruft.json, else the version
-                     the test extra pins, from the package index), e.g. a template
-                     checkout's ``kit/`` directory.
+  LMCACHE_DEVICE_KIT pip arguments for the kit, the shims the wheel requires and
+                     the tests' harness (default: the template commit cruft
+                     recorded in .cruft.json, else the version the test extra
+                     pins, from the package index), e.g. a template checkout's
+                     ``kit/`` directory. Installed first: the wheel's own
+                     requirement of it is then met.
 """
 
 # Future
@@ -80,18 +82,16 @@ NATIVE = (ROOT / "setup.py").exists()  # native ops compile against the installe
 
 
 def tested_lmcache_releases() -> list[str]:
-    """TESTED_LMCACHE_VERSIONS from _lmcache_compat/__init__.py: the one place that
-    lists them."""
-    tree = ast.parse(
-        (ROOT / "src" / PACKAGE / "_lmcache_compat" / "__init__.py").read_text()
-    )
+    """TESTED_LMCACHE_VERSIONS from _lmcache_compat.py: the one place that lists
+    them."""
+    tree = ast.parse((ROOT / "src" / PACKAGE / "_lmcache_compat.py").read_text())
     for node in tree.body:
         if (
             isinstance(node, ast.Assign)
             and getattr(node.targets[0], "id", "") == "TESTED_LMCACHE_VERSIONS"
         ):
             return list(ast.literal_eval(node.value))
-    raise RuntimeError("_lmcache_compat/__init__.py has no TESTED_LMCACHE_VERSIONS")
+    raise RuntimeError("_lmcache_compat.py has no TESTED_LMCACHE_VERSIONS")
 
 
 def kit(tool: str) -> list[str]:

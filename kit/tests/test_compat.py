@@ -97,7 +97,7 @@ FIRST = {
         from lmcache_device_kit.compat.ops_support import OpsSupport
         from lmcache_device_kit.compat.spec import PortableDeviceSpec
         import lmcache_device_kit.compat as compat
-        ops_support = OpsSupport("kit_test_first slow path:", "Ops", __package__)
+        ops_support = OpsSupport("kit_test_first slow path:", "Ops", __name__)
     """,
     "device.py": """
         from ._lmcache_compat import PortableDeviceSpec
@@ -174,8 +174,8 @@ def test_a_name_resolves_where_it_lives_newest_first_or_says_where_to_declare_it
         from lmcache_device_kit.compat import surface
         surface.NAMES["newest"] = (
             ("lmcache.v1.nowhere", "X", "9.0.0", None),
-            ("json.decoder", "JSONDecoder", "0.5.6", "8.0.0"),
-            ("json", "JSONDecoder", None, "0.5.5"),
+            ("json", "dumps", "0.5.6", "8.0.0"),
+            ("json", "loads", None, "0.5.5"),
         )
         surface.NAMES["gone"] = (("lmcache.v1.nowhere", "X", None, None),)
         said = []
@@ -184,10 +184,10 @@ def test_a_name_resolves_where_it_lives_newest_first_or_says_where_to_declare_it
                 compat.lazy(name)
             except (ImportError, AttributeError) as exc:
                 said.append(f"{type(exc).__name__}: {exc}")
-        print(json.dumps([compat.newest.__module__, *said, hasattr(compat, "nope")]))
+        print(json.dumps([compat.newest.__name__, *said, hasattr(compat, "nope")]))
         """
     )
-    assert found[0] == "json.decoder"
+    assert found[0] == "dumps"
     assert found[1].startswith("ImportError: None of lmcache.v1.nowhere:X exists")
     assert "NAMES in lmcache_device_kit.compat.surface" in found[1]
     assert found[2] == (
@@ -279,7 +279,7 @@ def test_the_slow_path_report_counts_every_slow_copy_and_logs_each_kind_once(
         """
         import contextlib, io, json
         from lmcache_device_kit.compat import OpsSupport
-        ops = OpsSupport("bar slow path:", "BarDeviceOps", "kit_test_slow")
+        ops = OpsSupport("bar slow path:", "BarDeviceOps", "kit_test_slow._binding")
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             for ptr, nbytes in [(1, 64), (2, 64), (3, 0), (3, 64), (4, 64)]:

@@ -86,16 +86,19 @@ def test_a_registered_wire_type_has_the_plugins_names_and_decodes_in_lmcache() -
 
 @needs_allowlist
 def test_a_descriptor_that_breaks_its_rules_is_refused_by_lmcaches_decoder() -> None:
-    """A bare tensor with two planes, a view past its allocation: the decoder raises."""
+    """A bare tensor with two planes, a view past its allocation, a layer's planes on
+    two devices: the decoder raises."""
     found = in_lmcache(
         ROUND_TRIP
         + """
     wire.register(load)
     refused = []
     fields = msgspec.structs.asdict(plane)
+    o = msgspec.structs.replace(metadata, device_uuid="gpu-1")  # another device
     for bad in (
         {"version": 1, "bare": True, "planes": [fields] * 2},
         {"version": 1, "bare": True, "planes": [{**fields, "nbytes": 4}]},
+        {"version": 1, "bare": False, "planes": [fields, {**fields, "metadata": o}]},
     ):
         payload = msgspec.msgpack.encode({"type": "ext_kit_test", **bad})
         try:
@@ -105,9 +108,10 @@ def test_a_descriptor_that_breaks_its_rules_is_refused_by_lmcaches_decoder() -> 
     print(json.dumps(refused))
     """
     )
-    assert len(found) == 2, found
+    assert len(found) == 3, found
     assert "a bare tensor has one plane" in found[0]
     assert "IPC view exceeds the exported allocation" in found[1]
+    assert "KitTestIPCData: planes on 2 devices" in found[2]
 
 
 @needs_allowlist

@@ -134,10 +134,7 @@ def test_a_live_check_shuts_its_worker_and_scheduler_down_however_it_ends(
     down (LMCache's heartbeats and sockets would otherwise outlive the check)."""
     package = fake_plugin(
         "kit_test_live",
-        {
-            "_ops_support.py": "slow_paths = {}\n",
-            "_lmcache_compat/__init__.py": "",
-        },
+        {"_lmcache_compat.py": "slow_paths = {}\n"},
     )
     monkeypatch.setenv(kit_backend.PACKAGE_ENV_VAR, package)
     kit_backend.current.cache_clear()

@@ -10,6 +10,7 @@ import textwrap
 import zipfile
 
 # Third Party
+from packaging.requirements import Requirement
 import pytest
 
 # First Party
@@ -19,11 +20,11 @@ PYPROJECT = """
 [project]
 name = "lmcache-bar-device"
 license = "Apache-2.0"
-dependencies = ["lmcache>=0.5.4,<=0.5.6"]
+dependencies = ["lmcache>=0.5.4,<=0.5.6", "lmcache-device-kit>=0.2.0,<0.3"]
 scripts = {lmcache-bar-doctor = "lmcache_bar.doctor:main"}
 
 [project.optional-dependencies]
-test = ["lmcache-device-kit==0.1.0"]
+test = ["lmcache-device-kit==0.2.0"]
 
 [project.entry-points."lmcache.device_plugins"]
 bar = "lmcache_bar.device:BarDeviceSpec"
@@ -35,7 +36,8 @@ METADATA = [
     "License-Expression: Apache-2.0",
     "License-File: LICENSE",
     "Requires-Dist: lmcache<=0.5.6,>=0.5.4",
-    'Requires-Dist: lmcache-device-kit==0.1.0; extra == "test"',
+    "Requires-Dist: lmcache-device-kit<0.3,>=0.2.0",
+    'Requires-Dist: lmcache-device-kit==0.2.0; extra == "test"',
 ]
 ENTRY_POINTS = """
 [console_scripts]
@@ -80,18 +82,64 @@ def test_a_wheel_without_its_lmcache_entry_point_fails(tmp_path: Path) -> None:
     ]
 
 
-def test_a_wheel_requiring_the_kit_unconditionally_or_losing_an_extra_fails(
+def test_a_wheel_requiring_more_than_lmcache_and_the_kit_or_losing_an_extra_fails(
     tmp_path: Path,
 ) -> None:
-    metadata = [*METADATA[:-1], "Requires-Dist: lmcache-device-kit==0.1.0"]
+    metadata = [*METADATA[:-1], "Requires-Dist: torch"]
     problems = plugin_wheel_problems(make(tmp_path, metadata=metadata), tmp_path)
     assert (
-        "the production wheel requires lmcache-device-kit==0.1.0 (lmcache alone: the "
-        "rest comes with extras)" in problems
+        "the production wheel requires torch (lmcache and lmcache-device-kit alone: "
+        "the rest comes with extras)" in problems
     )
     assert (
-        "METADATA lacks 'lmcache-device-kit==0.1.0' under the 'test' extra" in problems
+        "METADATA lacks 'lmcache-device-kit==0.2.0' under the 'test' extra" in problems
     )
+
+
+@pytest.mark.parametrize(
+    "kit",
+    [
+        "lmcache-device-kit==0.2.0",
+        "lmcache-device-kit>=0.2.0",
+        "lmcache-device-kit>=0.2.0,<1",
+        "lmcache-device-kit>=0.2.0,<0.4",
+        "lmcache-device-kit<0.3",
+    ],
+)
+def test_a_wheel_requiring_the_kit_outside_one_minor_series_fails(
+    tmp_path: Path, kit: str
+) -> None:
+    """A pin would keep two plugins from one environment, an open or wider range
+    would let in a kit with other shims."""
+    metadata = [METADATA[-3], f"Requires-Dist: {kit}", *METADATA[:-3], METADATA[-1]]
+    problems = plugin_wheel_problems(make(tmp_path, metadata=metadata), tmp_path)
+    assert problems == [
+        f"the production wheel requires {Requirement(kit)}: require the kit in a "
+        "compatible range, lmcache-device-kit>=X.Y.Z,<X.(Y+1) (one minor series), so "
+        "that plugins made from other template commits share an environment"
+    ]
+
+
+def test_a_wheel_without_the_kit_or_whose_test_extra_pins_a_kit_outside_it_fails(
+    tmp_path: Path,
+) -> None:
+    without = [line for line in METADATA if line != METADATA[-2]]
+    problems = plugin_wheel_problems(make(tmp_path, metadata=without), tmp_path)
+    assert problems == [
+        "the production wheel does not require lmcache-device-kit: the release shims "
+        "it runs on (lmcache_device_kit.compat) would be missing where it is installed"
+    ]
+    older = [*METADATA[:-2], "Requires-Dist: lmcache-device-kit<0.2,>=0.1.0"]
+    (tmp_path / "old").mkdir()
+    wheel = make(tmp_path / "old", metadata=[*older, METADATA[-1]])
+    text = (tmp_path / "old" / "pyproject.toml").read_text()
+    (tmp_path / "old" / "pyproject.toml").write_text(
+        text.replace(">=0.2.0,<0.3", ">=0.1.0,<0.2")
+    )
+    assert plugin_wheel_problems(wheel, tmp_path / "old") == [
+        "the 'test' extra pins lmcache-device-kit==0.2.0, outside the wheel's own "
+        "requirement lmcache-device-kit<0.2,>=0.1.0"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@
 """LMCache device backend for {{ cookiecutter.device_name }} devices.
 
 Modules: ``names`` (the backend's names), ``device`` (the DeviceSpec LMCache
-discovers), ``device_ops`` (the KV-cache ops), ``_lmcache_compat`` (everything
-specific to an LMCache release).
+discovers), ``device_ops`` (the KV-cache ops), ``_lmcache_compat`` (its binding to
+the kit's LMCache release shims).
 
 Why it imports LMCache, and before anything of its own: ``import lmcache`` discovers
 this plugin (its entry point, ``device``) and skips it if a module the plugin needs

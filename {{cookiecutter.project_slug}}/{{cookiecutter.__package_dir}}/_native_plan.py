@@ -11,7 +11,7 @@ then falls back to the baseline). It checks inputs on the host as a device
 runtime cannot, without synchronizing with the device.
 TODO(vendor): plan your kernels' arguments here; keep None for what they do not do.
 
-Imports ``_kernels``, ``_lmcache_compat``, ``_ops_support`` and ``names``; never
+Imports ``_kernels``, ``_lmcache_compat`` and ``names``; never
 ``native_ops`` (which imports it).
 """
 
@@ -32,7 +32,7 @@ from . import _kernels  # type: ignore[attr-defined]
 from . import _lmcache_compat as compat
 from ._host_access import kernel_host_address, staged_kernel
 {%- if cookiecutter.lmcache_driven != 'no' %}
-from ._ops_support import announce_pointer_mode, check_host_pinned
+from ._lmcache_compat import announce_pointer_mode, check_host_pinned
 {%- endif %}
 from .names import DEVICE_TYPE{{ ", TORCH_MODULE_NAME" if cookiecutter.lmcache_driven != "no" else "" }}
 

@@ -25,7 +25,8 @@ gets wrong for a non-CUDA device:
 {%- endif %}
 
 Imported lazily by ``{{ cookiecutter.class_prefix }}DeviceSpec.ops_cls``, after
-``import lmcache`` finished. Device-independent helpers are in ``_ops_support.py``.
+``import lmcache`` finished. Device-independent helpers come with the shims
+(``_lmcache_compat``).
 """
 
 # Future
@@ -51,24 +52,22 @@ from ._lmcache_compat import (
     EngineKVFormat,
     PageBufferShapeDesc,
     TransferDirection,
-{%- if cookiecutter.native_ops == 'yes' %}
-    init_logger,
-{%- endif %}
-    torch_ops,
-)
-from ._ops_support import (
 {%- if cookiecutter.lmcache_driven != 'no' %}
     check_host_pinned,
 {%- endif %}
     check_one_layer_layout,
     contiguous_strides,
     host_pieces,
+{%- if cookiecutter.native_ops == 'yes' %}
+    init_logger,
+{%- endif %}
 {%- if cookiecutter.lmcache_driven != 'no' %}
     pointer_mode_operands,
 {%- endif %}
 {%- if cookiecutter.native_ops == 'yes' %}
     report_slow_path,
 {%- endif %}
+    torch_ops,
 )
 {%- if cookiecutter.lmcache_driven != 'no' %}
 from .after_stream import after_stream_work

@@ -4,20 +4,33 @@
 Run ``{{ cookiecutter.import_package | replace('_', '-') }}-doctor``, or
 ``python -m {{ cookiecutter.import_package }}.doctor`` (``--help``: the options).
 The checks are lmcache-device-kit's (``lmcache_device_kit.doctor``, README
-"Doctor"), which this wheel does not require: its ``doctor`` extra brings them, at
-the kit version this project pins. Why a module of its own: the command stays
-this package's. It imports the kit only when run, and nothing of this package
-(whose ``__init__`` imports lmcache first, as the doctor needs).
+"Doctor"), which this wheel requires (its LMCache shims come from the kit too).
+Why a module of its own: the command stays this package's. It imports the kit
+only when run, and nothing of this package (whose ``__init__`` imports lmcache
+first, as the doctor needs).
 """
 
 # Future
 from __future__ import annotations
 
 # Standard
+from importlib import metadata
 import sys
 
 PACKAGE = "{{ cookiecutter.import_package }}"
-INSTALL = 'pip install "{{ cookiecutter.project_slug }}[doctor]"'
+#: This wheel's distribution: its metadata says which kit it requires.
+DISTRIBUTION = "{{ cookiecutter.project_slug }}"
+
+
+def kit_requirement() -> str:
+    """The kit as this wheel requires it, to reinstall where an install left it out
+    (``pip install --no-deps``)."""
+    try:
+        required = metadata.requires(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:  # not installed: a source tree
+        required = []
+    kit = [r for r in required if r.startswith("lmcache-device-kit") and ";" not in r]
+    return kit[0] if kit else "lmcache-device-kit"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("lmcache_device_kit"):
             raise
-        sys.exit(f"the doctor needs lmcache-device-kit (not installed): {INSTALL}")
+        sys.exit(
+            "lmcache-device-kit, which this wheel requires, is gone: "
+            f'pip install "{kit_requirement()}"'
+        )
     prog = "{{ cookiecutter.import_package | replace('_', '-') }}-doctor"
     return kit_doctor(argv, package=PACKAGE, prog=prog)
 

@@ -16,17 +16,19 @@ Imported lazily (``ipc_wrapper_cls``, or LMCache's wire codec), never during
 ``import lmcache``: LMCache's base class imports ``lmcache.torch_dev``.
 {%- else %}lmcache 0.5.4/0.5.5 pickle the wrapper (its
 attributes are plain data; ``__getstate__`` leaves the mapping behind); 0.5.6
-sends a msgspec descriptor (``to_wire`` / ``from_wire``, registered by
-``_lmcache_compat/wire.py``).
+sends a msgspec descriptor (``to_wire`` / ``from_wire``, registered through
+``_lmcache_compat.wire``: the kit's ``lmcache_device_kit.compat.wire``).
 
 Imported lazily (``ipc_wrapper_cls``, or LMCache's wire codec through the alias
-module ``wire.py`` registered), never during ``import lmcache``:
+module ``wire.register`` installed), never during ``import lmcache``:
 LMCache's base class imports ``lmcache.torch_dev``.
 {%- endif %}
 """
 {%- set wire = "" if cookiecutter.ownership == "in_tree" else "wire." %}
 {%- set wire_data = wire ~ cookiecutter.class_prefix ~ "IPCData" %}
 {%- set plane_data = wire ~ cookiecutter.class_prefix ~ "PlaneData" %}
+{#- a wheel's descriptor classes are made at run time (the kit's WireType): no static type #}
+{%- set wire_type = wire_data if cookiecutter.ownership == "in_tree" else "Any" %}
 {%- set ipc_wire = "" if cookiecutter.ownership == "in_tree" else "wire.ipc_wire." %}
 
 # Future
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 # Standard
 from collections.abc import Sequence
-from typing import ClassVar, NamedTuple
+from typing import {{ "Any, " if cookiecutter.ownership == "wheel" else "" }}ClassVar, NamedTuple
 import threading
 
 # Third Party
@@ -266,7 +268,7 @@ class {{ cookiecutter.class_prefix }}IPCWrapper(DeviceIPCWrapper):
         references."""
         return {**self.__dict__, "_opened": []}
 
-    def to_wire(self) -> {{ wire_data }}:
+    def to_wire(self) -> {{ wire_type }}:
         """The lmcache 0.5.6+ wire descriptor: each plane's handle and view."""
         return {{ wire_data }}(
             version=1,
@@ -291,7 +293,7 @@ class {{ cookiecutter.class_prefix }}IPCWrapper(DeviceIPCWrapper):
     @classmethod
     def from_wire(  # type: ignore[override]
         cls,
-        data: {{ wire_data }},
+        data: {{ wire_type }},
     ) -> {{ cookiecutter.class_prefix }}IPCWrapper:
         """Rebuild from a validated descriptor without opening anything yet."""
         wrapper = object.__new__(cls)
@@ -313,7 +315,7 @@ class {{ cookiecutter.class_prefix }}IPCWrapper(DeviceIPCWrapper):
 
 
 # lmcache 0.5.6's codec only accepts wrappers that live under
-# lmcache.v1.platform.devices; wire.register_wire_type installed an alias module
+# lmcache.v1.platform.devices; wire.register installed an alias module
 # there that resolves to this class (a no-op on releases that pickle wrappers).
 wire.publish_wrapper_class({{ cookiecutter.class_prefix }}IPCWrapper)
 {%- endif %}

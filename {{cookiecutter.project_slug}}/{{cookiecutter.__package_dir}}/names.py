@@ -19,7 +19,7 @@ TORCH_MODULE_NAME = "{{ cookiecutter.__torch_module_name }}"
 #: torch has the device built in.
 TORCH_EXTENSION_MODULE = "{{ cookiecutter.torch_extension_module }}"
 #: Starts every log line that reports a slow path: a transfer that works but takes
-#: a path many times slower than the device offers (``_ops_support.py``).
+#: a path many times slower than the device offers (``_lmcache_compat.slow_paths``).
 SLOW_PATH_MARK = "{{ cookiecutter.backend_name }} slow path:"
 {%- if cookiecutter.ownership == 'wheel' %}
 #: Set to ``1`` to load on an LMCache release this plugin was not tested with (the

@@ -15,7 +15,7 @@ ops instance, replacing the torch-baseline op of the same name. So:
   keep engine-driven transfers in tensor mode (a bare pybind function would
   silently switch them to pointer mode with pinned staging);
 * inputs the kernels do not handle fall back to the torch baseline, reported
-  once per process as a slow path (``_ops_support.report_slow_path``).
+  once per process as a slow path (``_lmcache_compat.report_slow_path``).
 
 The kernels (``_kernels``, compiled from ``_kernels.cpp`` by the wheel build)
 are launched on the device's current stream, as LMCache's CUDA kernels are: they
@@ -50,14 +50,14 @@ import torch
 from . import _kernels  # type: ignore[attr-defined]
 from . import _lmcache_compat as _compat
 from ._host_access import kernel_host_address as _kernel_host_address
+from ._lmcache_compat import host_pieces as _host_pieces
+from ._lmcache_compat import report_slow_path as _report_slow_path
 from ._lmcache_compat import torch_ops
 from ._native_plan import FORMATS as _PLANNED_FORMATS
 {%- if cookiecutter.lmcache_driven != 'no' %}
 from ._native_plan import pointer_plan as _pointer_plan
 {%- endif %}
 from ._native_plan import tensor_plan as _tensor_plan
-from ._ops_support import host_pieces as _host_pieces
-from ._ops_support import report_slow_path as _report_slow_path
 {%- if cookiecutter.lmcache_driven != 'no' %}
 from .after_stream import host_function_launcher as _host_function_launcher
 {%- endif %}

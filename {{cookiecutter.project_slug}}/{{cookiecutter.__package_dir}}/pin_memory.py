@@ -44,7 +44,7 @@ def host_range_is_pinned(ptr: int, size: int) -> bool | None:
     not pin (nothing to check) or the runtime cannot tell.
 
     The ops ask before each copy between the device and host memory
-    (``_ops_support.check_host_pinned``): a copy from pageable memory works but is
+    (``_lmcache_compat.check_host_pinned``): a copy from pageable memory works but is
     many times slower, and LMCache falls back to one without a word.
     TODO(vendor): ask your runtime (cudaPointerGetAttributes-like: registered or
     page-locked host memory).

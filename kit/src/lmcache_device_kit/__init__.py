@@ -3,14 +3,16 @@
 lmcache-device-template shares, versioned apart from the code a vendor owns.
 
 Why a distribution of its own: a rendered project holds the vendor's backend and
-little else; the test harness (servers, workers, the scheduler, the launcher) and
-the checks around a backend come from here, at the version the project pins, so a
-template release reaches a project as a pin bump instead of a merge into files
-nobody there wrote.
+little else; LMCache's release shims it runs on (``compat``, which its wheel requires
+in a compatible range), the test harness (servers, workers, the scheduler, the
+launcher) and the checks around a backend come from here, so a template release
+reaches a project as a pin bump instead of a merge into files nobody there wrote.
 
-The kit is generic over one input, the backend's names (``backend.py``): it never
-imports the plugin to learn them. Importing the kit imports neither lmcache nor
-torch and changes nothing.
+The kit is generic over one input, the backend's names (``backend.py``; the shims:
+the names a plugin's binding passes them): it never imports the plugin to learn
+them. Importing the kit imports neither lmcache nor torch and changes nothing (its
+``compat`` package imports LMCache: a plugin's binding imports it while LMCache loads
+the plugin).
 """
 
 # Standard

@@ -85,8 +85,9 @@ def plugin_steps(
 ) -> list[Step]:
     """After ``environment_steps``: the kit (``kit``: its pip arguments; none when it
     is installed already), then the wheel with its test extra, resolved against that
-    lmcache and kit (the extra pins the kit, so the kit comes first: a checkout or a
-    git commit, not the index), then this very build forced in, then the emulator
+    lmcache and kit (the wheel requires the kit and the extra pins it, so the kit comes
+    first: a checkout or a git commit, not the index), then this very build forced in,
+    then the emulator
     (its dependencies, torch and ninja, are in by then). ``past_pin``: the test extra
     alone, as the wheel's own lmcache range would move an lmcache outside it (the
     canary, a pre-release)."""

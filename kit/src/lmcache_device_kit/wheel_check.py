@@ -4,10 +4,12 @@ pyproject.toml: ``python -m lmcache_device_kit.wheel_check WHEEL --project DIR``
 
 Why it exists: a wheel that builds can still be one LMCache never loads or a serving
 host cannot install: an entry point missing from ``entry_points.txt``, a dependency
-beyond lmcache outside the extras, an extra that lost its requirements, no licence,
-no ``py.typed``, C++ sources or the CPU emulator inside. A project's ``nox -s build``
-runs this on the wheel it built; the template runs the same function on every render's
-wheel, with the checks that hold a render to its answers on top.
+beyond lmcache and the kit outside the extras, the kit (its release shims) missing
+or pinned so that two plugins cannot share an environment, an extra that lost its
+requirements, no licence, no ``py.typed``, C++ sources or the CPU emulator inside.
+A project's ``nox -s build`` runs this on the wheel it built; the template runs the
+same function on every render's wheel, with the checks that hold a render to its
+answers on top.
 
 Must not import lmcache, torch or the plugin (it reads files only).
 """
@@ -25,6 +27,7 @@ import zipfile
 
 # Third Party
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 if sys.version_info >= (3, 11):
     # Standard
@@ -35,6 +38,8 @@ else:  # pragma: no cover - Python 3.10
 
 #: The entry-point group LMCache discovers plugins in.
 ENTRY_POINT_GROUP = "lmcache.device_plugins"
+#: The kit's distribution: a plugin runs on its release shims (``compat``).
+KIT = "lmcache-device-kit"
 
 
 def read_wheel(wheel: Path) -> tuple[list[str], str, str, list[str]]:
@@ -79,19 +84,26 @@ def entry_point_problems(project: dict[str, Any], entry_points: str) -> list[str
 
 
 def requirement_problems(project: dict[str, Any], metadata: list[str]) -> list[str]:
-    """The wheel requires lmcache alone; every extra of pyproject.toml is in its
-    METADATA under that extra."""
+    """The wheel requires lmcache and the kit alone, the kit in a compatible range;
+    every extra of pyproject.toml is in its METADATA under that extra."""
     declared = [
         Requirement(line.split(":", 1)[1])
         for line in metadata
         if line.startswith("Requires-Dist:")
     ]
     problems = [
-        f"the production wheel requires {requirement} (lmcache alone: the rest comes "
-        "with extras)"
+        f"the production wheel requires {requirement} (lmcache and {KIT} alone: the "
+        "rest comes with extras)"
         for requirement in declared
-        if requirement.marker is None and requirement.name != "lmcache"
+        if requirement.marker is None and requirement.name not in ("lmcache", KIT)
     ]
+    kit = [r for r in declared if r.marker is None and r.name == KIT]
+    if not kit:
+        problems.append(
+            f"the production wheel does not require {KIT}: the release shims it runs "
+            "on (lmcache_device_kit.compat) would be missing where it is installed"
+        )
+    problems += [problem for r in kit if (problem := kit_range_problem(r))]
     for extra, texts in project.get("optional-dependencies", {}).items():
         for wanted in map(Requirement, texts):
             if not any(
@@ -103,7 +115,38 @@ def requirement_problems(project: dict[str, Any], metadata: list[str]) -> list[s
                 problems.append(
                     f"METADATA lacks {str(wanted)!r} under the {extra!r} extra"
                 )
+            pinned = [s.version for s in wanted.specifier if s.operator == "=="]
+            if wanted.name == KIT and kit and pinned:
+                if not kit[0].specifier.contains(pinned[0], prereleases=True):
+                    problems.append(
+                        f"the {extra!r} extra pins {wanted}, outside the wheel's own "
+                        f"requirement {kit[0]}"
+                    )
     return problems
+
+
+def compatible_range(version: str) -> str:
+    """The kit's releases a plugin made with kit ``version`` runs on: that one and the
+    later ones of its minor series (``0.2.0`` -> ``>=0.2.0,<0.3``)."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return f">={version},<{major}.{minor + 1}"
+
+
+def kit_range_problem(requirement: Requirement) -> str:
+    """Why the wheel's requirement of the kit is not a compatible range (empty: it
+    is): a lower bound and the next minor release as the upper one. A pin (``==``)
+    or an open range would stop two plugins sharing an environment, or let a kit
+    with other shims in."""
+    lower = [s.version for s in requirement.specifier if s.operator == ">="]
+    if len(lower) == 1 and len(requirement.specifier) == 2:
+        wanted = SpecifierSet(compatible_range(lower[0]))
+        if requirement.specifier == wanted:
+            return ""
+    return (
+        f"the production wheel requires {requirement}: require the kit in a "
+        f"compatible range, {KIT}>=X.Y.Z,<X.(Y+1) (one minor series), so that "
+        "plugins made from other template commits share an environment"
+    )
 
 
 def plugin_wheel_problems(wheel: Path, project_dir: Path) -> list[str]:

@@ -98,13 +98,14 @@ class OpsSupport:
     """One plugin's slow-path report and pointer-mode announcement.
 
     ``mark`` starts every slow-path line (the plugin's ``SLOW_PATH_MARK``),
-    ``ops_class`` names its ops in them, ``package`` is its import package: the
-    lines are logged as ``<package>.ops_support``, and ``check_host_pinned`` asks its
-    ``pin_memory.host_range_is_pinned``.
+    ``ops_class`` names its ops in them, ``binding`` is the plugin's binding module
+    (``<package>._lmcache_compat``): the lines are logged as ``<package>.ops_support``,
+    and ``check_host_pinned`` asks ``<package>.pin_memory.host_range_is_pinned``.
     """
 
-    def __init__(self, mark: str, ops_class: str, package: str) -> None:
-        self.mark, self.ops_class, self.package = mark, ops_class, package
+    def __init__(self, mark: str, ops_class: str, binding: str) -> None:
+        self.mark, self.ops_class = mark, ops_class
+        self.package = binding.rpartition(".")[0]
         #: Slow paths taken in this process, by kind (the tests and the doctor read
         #: it).
         self.slow_paths: Counter[str] = Counter()

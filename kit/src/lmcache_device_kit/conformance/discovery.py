@@ -38,12 +38,14 @@ PROBE = textwrap.dedent(
     import lmcache
     from lmcache.v1.platform import _DEVICE_REGISTRY, resolve_device_ops
     from lmcache.v1.platform._device_detect import DEVICE_PLUGIN_ENTRY_POINT_GROUP
+    compat = sys.modules.get(__PACKAGE__ + "._lmcache_compat")  # loaded with the spec
+    shims = compat.compat.__name__ if compat else "lmcache_device_kit.compat"
     after_import = sorted(
-        m for m in sys.modules if m == __PACKAGE__ or m.startswith(__PACKAGE__ + ".")
+        m for m in sys.modules
+        if any(m == p or m.startswith(p + ".") for p in (__PACKAGE__, shims))
     )
     ops = resolve_device_ops(__DEVICE__)
     name = lambda obj: type(obj).__module__ + "." + type(obj).__name__
-    compat = sys.modules.get(__PACKAGE__ + "._lmcache_compat")  # loaded with the spec
     release_range = compat and hasattr(compat, "SUPPORTED_LMCACHE") and [
         compat.SUPPORTED_LMCACHE,
         compat.TESTED_LMCACHE_VERSIONS,
@@ -57,6 +59,7 @@ PROBE = textwrap.dedent(
         resolved_ops=name(ops),
         ops_is_process_singleton=ops is getattr(lmcache, "device_ops", None),
         plugin_modules_after_import=after_import,
+        shims=shims,
         entry_point_group=DEVICE_PLUGIN_ENTRY_POINT_GROUP,
         release_range=release_range,
     )))
@@ -64,6 +67,11 @@ PROBE = textwrap.dedent(
 )
 
 _probes: dict[frozenset, tuple[dict, str]] = {}
+#: The shims' modules loading a plugin may import (``lmcache_device_kit.compat``'s):
+#: the names table and its resolver, the portable spec, the ops' helpers, a wheel's
+#: release check and wire registration; never the KV layouts (they import
+#: lmcache.device_ops) nor the doctor's tables.
+SHIMS_AT_LOAD = ("surface", "resolve", "spec", "ops_support", "release", "wire")
 
 
 def emulator(value: str) -> dict[str, str]:
@@ -173,22 +181,20 @@ class BaseDiscoveryTests(ConformanceTests):
 
     @pytest.mark.without_device
     def test_registry_build_imports_only_the_spec_module(self) -> None:
-        """Plain ``import lmcache`` loads the spec module, the names and the compat
-        layer (with its wire registration, if it has one), nothing heavier."""
-        # Standard
-        from importlib.util import find_spec
-
+        """Plain ``import lmcache`` loads the spec module, the names, the binding and
+        the release shims it binds to (the kit's, or an in-tree backend's copy; with
+        a wheel's release check and wire registration): nothing heavier."""
         backend = kit_backend.current()
         package = backend.package
         result, log = probe(plain())
         assert backend.backend_name in result["registered"], log[-3000:]
         assert "Failed to load LMCache device plugin" not in log
         loaded = {package, f"{package}.names", f"{package}._lmcache_compat"}
-        loaded.add(f"{package}._lmcache_compat.surface")  # data only: imports nothing
         loaded.add(result["spec_module"])
-        if find_spec(f"{package}._lmcache_compat.wire") is not None:
-            loaded.add(f"{package}._lmcache_compat.wire")
-        assert set(result["plugin_modules_after_import"]) <= loaded
+        shims = result["shims"]
+        loaded |= {shims} | {f"{shims}.{name}" for name in SHIMS_AT_LOAD}
+        extra = set(result["plugin_modules_after_import"]) - loaded
+        assert not extra, f"loading the plugin imported {sorted(extra)}"
 
 
 @pytest.mark.without_device

@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """What a plugin takes from LMCache: the declared tables, ``doctor --api``, shims.
 
-``_lmcache_compat/surface.py`` declares every LMCache name, base-class member and
-call the plugin depends on; the kit's ``lmcache_device_kit/harness/surface.py``
-what the harness takes (the tests' worker, scheduler and servers, ``doctor
---server``). These tests hold the tables to the code (no override, import or adapter
-setting left undeclared), show that ``doctor --api`` reports what moved, with the
-fix, on any release, and fail once a shim serves no supported release any more. An
-in-tree backend ships with LMCache (no doctor, no release range): skipped there.
+The release shims the plugin runs on declare every LMCache name, base-class member
+and call the plugin depends on (the kit's ``lmcache_device_kit/compat/surface.py``
+and ``declared.py``, the classes named after the binding's ``CLASS_PREFIX``);
+``lmcache_device_kit/harness/surface.py`` what the harness takes (the tests' worker,
+scheduler and servers, ``doctor --server``). These tests hold the tables to the code
+(no override, import or adapter setting left undeclared), show that ``doctor --api``
+reports what moved, with the fix, on any release, and fail once a shim serves no
+supported release any more. An in-tree backend ships with LMCache (no doctor, no
+release range): skipped there.
 
 Imports neither lmcache nor the plugin at import time; torch, through ``support.py``
 (import it from tests only, after ``conftest.py`` set the environment).
@@ -33,6 +35,7 @@ from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.backend_shape import registered_spec
 from lmcache_device_kit.conformance.base import ConformanceTests
 from lmcache_device_kit.conformance.support import run_python
+from lmcache_device_kit.doctor.api import plugin_surface
 
 
 def package() -> str:
@@ -62,10 +65,12 @@ def api(code: str = "", env: dict[str, str | None] | None = None) -> dict:
     return {check["name"]: check for check in json.loads(done.stdout.splitlines()[-1])}
 
 
-def surface(name: str = "surface") -> Any:
-    """A declared table (after ``import lmcache``: LMCache loads the plugin in it)."""
+def surface() -> tuple[Any, dict, dict]:
+    """The shims' names table, the plugin's classes and its calls, as ``doctor --api``
+    reads them (after ``import lmcache``: LMCache loads the plugin in it)."""
     importlib.import_module("lmcache")
-    return importlib.import_module(f"{package()}._lmcache_compat.{name}")
+    _, names, classes, calls = plugin_surface(package())
+    return names, classes, calls
 
 
 def harness(name: str = "surface") -> Any:
@@ -119,9 +124,9 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
             f"from {package()}.doctor import main; main(['--api'])", PLAIN
         )
         assert done.returncode == 0, done.stdout[-3000:]
-        table, theirs = surface(), harness()
-        expected = 1 + len(table.NAMES) + len(table.CALLS)
-        expected += sum(1 + len(members) for *_, members in table.CLASSES.values())
+        (table, classes, calls), theirs = surface(), harness()
+        expected = 1 + len(table.NAMES) + len(calls)
+        expected += sum(1 + len(members) for *_, members in classes.values())
         expected += len(theirs.HARNESS_NAMES) + len(theirs.HARNESS_CALLS)
         expected += len(theirs.SERVER_FLAGS) + len(theirs.CONFIG_KEYS)
         lines = done.stdout.splitlines()
@@ -132,8 +137,8 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
         self,
     ) -> None:
         checks = api(
-            f"""
-            import {package()}._lmcache_compat.surface as surface
+            """
+            import lmcache_device_kit.compat.surface as surface
             surface.NAMES["PageBufferShapeDesc"] = (
                 ("lmcache.v1.platform.nowhere", "PageBufferShapeDesc", None, None),
             )
@@ -194,7 +199,7 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
     ) -> None:
         """An import from LMCache that no table declares would move unseen: --api would
         say "unchanged" while the suite fails."""
-        table, theirs = surface(), harness()
+        (table, _, _), theirs = surface(), harness()
         declared = {
             (module, attribute)
             for names in (table.NAMES, theirs.HARNESS_NAMES)
@@ -210,7 +215,7 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
                 if key not in theirs.CONFIG_KEYS:
                     undeclared.add(f"{name}: setting {key}")
         assert not undeclared, (
-            "declare in _lmcache_compat/surface.py (the plugin's) or the kit's "
+            "declare in lmcache_device_kit/compat/surface.py (the shims') or "
             "lmcache_device_kit/harness/surface.py (the harness's): "
             f"{sorted(undeclared)}"
         )
@@ -244,9 +249,9 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
     def test_every_override_of_an_lmcache_member_is_declared_in_the_table(self) -> None:
         """A method the plugin overrides but the table does not list would go
         unchecked."""
-        table = surface()
+        _, classes, _ = surface()
         compat = importlib.import_module(f"{package()}._lmcache_compat")
-        for module, name, base_name, members in table.CLASSES.values():
+        for module, name, base_name, members in classes.values():
             cls = getattr(importlib.import_module(module, package()), name)
             base = compat.lazy(base_name)
             overrides = {
@@ -256,17 +261,20 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
             }
             declared = {member for member, _, _ in members}
             assert overrides <= declared, (
-                f"{name}: add {overrides - declared} to CLASSES"
+                f"{name}: add {overrides - declared} to its members in "
+                "lmcache_device_kit/compat/declared.py"
             )
 
     def test_every_shim_still_serves_a_supported_lmcache_release(self) -> None:
         """A shim whose last release is no longer supported is dead code: remove it."""
         # First Party
+        from lmcache_device_kit.compat.declared import SHIMS
         from lmcache_device_kit.doctor.calls import release
 
-        table, theirs = surface(), harness()
+        (table, classes, calls), theirs = surface(), harness()
         tested = importlib.import_module(f"{package()}._lmcache_compat")
-        oldest = min(tested.TESTED_LMCACHE_VERSIONS, key=release)
+        first = min(tested.TESTED_LMCACHE_VERSIONS, key=release)
+        oldest = release(first)
         lasts = {
             **{
                 f"NAMES[{name!r}] at {module}": last
@@ -275,26 +283,18 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
             },
             **{
                 f"CLASSES member {base}.{member}": last
-                for _, _, base, members in table.CLASSES.values()
+                for _, _, base, members in classes.values()
                 for member, _, last in members
             },
             **{
                 f"CALLS[{call!r}] shape {number}": shape[3]
-                for call, shapes in {**table.CALLS, **theirs.HARNESS_CALLS}.items()
+                for call, shapes in {**calls, **theirs.HARNESS_CALLS}.items()
                 for number, shape in enumerate(shapes)
             },
             **{
                 f"SHIMS[{what!r}] ({where})": last
-                for what, (where, last) in {
-                    **table.SHIMS,
-                    **theirs.HARNESS_SHIMS,
-                }.items()
+                for what, (where, last) in {**SHIMS, **theirs.HARNESS_SHIMS}.items()
             },
         }
-        oldest_release = release(oldest)
-        retired = [
-            what
-            for what, last in lasts.items()
-            if last and release(last) < oldest_release
-        ]
-        assert not retired, f"only serve lmcache older than {oldest}: remove {retired}"
+        retired = [w for w, last in lasts.items() if last and release(last) < oldest]
+        assert not retired, f"only serve lmcache older than {first}: remove {retired}"

@@ -39,7 +39,8 @@ def device_at(runtime: Any, index: int) -> str:
 
 
 def package_module(name: str) -> Any:
-    """The plugin's module ``name`` (``_lmcache_compat``, ``_ops_support``)."""
+    """The plugin's module ``name`` (``_lmcache_compat``: its binding to the shims,
+    with LMCache's names and the slow-path counts)."""
     return importlib.import_module(f"{kit_backend.current().package}.{name}")
 
 
@@ -85,7 +86,7 @@ class BaseOpsPointerTests(ConformanceTests):
         One copy across two registrations is a pageable copy on a device, and so is a
         copy from memory never pinned: both are counted as a slow path (the pin
         backend is LMCache-driven transfer's)."""
-        slow_paths = package_module("_ops_support").slow_paths
+        slow_paths = package_module("_lmcache_compat").slow_paths
         h2d = package_module("_lmcache_compat").TransferDirection.H2D
         nbytes = 1 << 16
         dev = torch.zeros(2 * nbytes, dtype=torch.uint8).to(

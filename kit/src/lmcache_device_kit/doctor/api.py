@@ -2,21 +2,24 @@
 """``doctor --api``: what a plugin takes from LMCache, against the installed one.
 
 Every LMCache name, base-class member and call the plugin depends on is declared
-once, in ``_lmcache_compat/surface.py``, and what the harness takes (the tests'
-worker, scheduler and servers, ``doctor --server``) in the kit's
-``lmcache_device_kit/harness/surface.py`` (lmcache-device-kit, the test extra's);
-this checks each entry: the name exists where it is taken from, the members the
-plugin overrides still exist with parameters the overrides accept, every abstract
-member is implemented, every call still binds with the parameter names it passes
-(a field or parameter that moved is named, with what replaced it), and every
-server flag and adapter setting the harness passes still exists. One line per
-entry (``harness ...`` for the harness's), the fix for a ✗.
+once, with the release shims it runs on: where names live in the kit's
+``lmcache_device_kit/compat/surface.py``, the plugin's classes (named after its
+binding's ``CLASS_PREFIX``), calls and shims in ``compat/declared.py``; what the
+harness takes (the tests' worker, scheduler and servers, ``doctor --server``) in
+``lmcache_device_kit/harness/surface.py``. This checks each entry: the name exists
+where it is taken from, the members the plugin overrides still exist with
+parameters the overrides accept, every abstract member is implemented, every call
+still binds with the parameter names it passes (a field or parameter that moved is
+named, with what replaced it), and every server flag and adapter setting the
+harness passes still exists. One line per entry (``harness ...`` for the
+harness's), the fix for a ✗.
 
 Why a module of its own: it must run on an LMCache this plugin does not support
 (that is its point), so it loads the plugin with the release check relaxed, in
-its own process only. It imports LMCache and the plugin's tables and classes
-inside the functions, after ``import lmcache``, and nothing at module level
-beyond the standard library, the kit's ``backend``, ``report`` and ``calls``.
+its own process only. It imports LMCache, the shims' tables and the plugin's
+binding and classes inside the functions, after ``import lmcache``, and nothing at
+module level beyond the standard library, the kit's ``backend``, ``report`` and
+``calls``.
 """
 
 # Future
@@ -26,6 +29,7 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 import importlib
+import importlib.util
 import inspect
 import os
 
@@ -34,7 +38,10 @@ from ..backend import current
 from .calls import applies, check_call, check_flags, defined_in, release
 from .report import Report
 
-SURFACE = "_lmcache_compat/surface.py"
+#: The shims' tables (imported after ``import lmcache``: their package imports it).
+COMPAT_MODULE = "lmcache_device_kit.compat"
+SURFACE = "lmcache_device_kit/compat/surface.py"
+DECLARED = "lmcache_device_kit/compat/declared.py"
 #: The harness table and its resolver, in this kit (imported after ``import lmcache``).
 HARNESS_SURFACE = "lmcache_device_kit/harness/surface.py"
 HARNESS_MODULE = "lmcache_device_kit.harness"
@@ -46,6 +53,18 @@ def lookup(module: str, attribute: str | None) -> Any:
     for part in filter(None, (attribute or "").split(".")):
         value = getattr(value, part)
     return value
+
+
+def plugin_surface(package: str) -> tuple[Any, Any, dict, dict]:
+    """What ``package`` takes from LMCache (after ``import lmcache``): its binding
+    module (``_lmcache_compat``), the shims' names table, and its classes and calls,
+    with LMCache-driven transfer's when it has that part (an ``ipc_wrapper``)."""
+    binding = importlib.import_module(f"{package}._lmcache_compat")
+    surface = importlib.import_module(f"{COMPAT_MODULE}.surface")
+    declared = importlib.import_module(f"{COMPAT_MODULE}.declared")
+    driven = importlib.util.find_spec(f"{package}.ipc_wrapper") is not None
+    classes = declared.classes(binding.CLASS_PREFIX, driven)
+    return binding, surface, classes, declared.calls(driven)
 
 
 def check_api(report: Report) -> None:
@@ -60,8 +79,7 @@ def check_api(report: Report) -> None:
     package = backend.package
     try:
         importlib.import_module("lmcache")
-        compat = importlib.import_module(f"{package}._lmcache_compat")
-        surface = importlib.import_module(f"{package}._lmcache_compat.surface")
+        compat, surface, classes, calls = plugin_surface(package)
     except Exception as exc:  # noqa: BLE001 - reported, with the fix
         report.add("lmcache", False, f"lmcache {version}: {exc}", "see the error")
         return
@@ -73,19 +91,19 @@ def check_api(report: Report) -> None:
         f"lmcache {version}, {len(surface.NAMES)} names (the harness: "
         f"{len(harness.HARNESS_NAMES)})",
     )
-    tables = (
-        ("", surface, SURFACE, compat.lazy),
-        ("harness ", harness, HARNESS_SURFACE, harness_lazy),
-    )
-    for prefix, table, where, _ in tables:
-        names = table.NAMES if table is surface else table.HARNESS_NAMES
+    for prefix, names, where in (
+        ("", surface.NAMES, SURFACE),
+        ("harness ", harness.HARNESS_NAMES, HARNESS_SURFACE),
+    ):
         for name, locations in names.items():
             check_name(report, (prefix, name, where), locations, installed, version)
-    for module, cls, base, members in surface.CLASSES.values():
+    for module, cls, base, members in classes.values():
         check_class(report, (module, cls, base), members, compat.lazy, installed)
-    for prefix, table, where, lazy in tables:
-        calls = table.CALLS if table is surface else table.HARNESS_CALLS
-        for call, shapes in calls.items():
+    for prefix, table, where, lazy in (
+        ("", calls, DECLARED, compat.lazy),
+        ("harness ", harness.HARNESS_CALLS, HARNESS_SURFACE, harness_lazy),
+    ):
+        for call, shapes in table.items():
             check_call(report, (prefix, call, where), shapes, lazy, version)
     check_flags(report, harness, harness_lazy, version)
 
@@ -170,7 +188,7 @@ def check_member(
                 f"LMCache's {base_name} has no {member}: "
                 f"{cls.__name__}.{member} is never called",
                 f"find what LMCache calls instead, then update the override and "
-                f"CLASSES in {SURFACE}",
+                f"its members in {DECLARED}",
             )
         else:
             report.add(label, True, "not asked by this release")

@@ -11,7 +11,7 @@ parser, adapter settings against ``ExtraConfigDefault``.
 
 Why a module of its own: ``api`` would pass 300 lines with it. It imports only
 the standard library and ``report``; LMCache's names come in through the
-``lazy`` resolver the caller passes (the plugin's ``_lmcache_compat.lazy``).
+``lazy`` resolver the caller passes (the shims', through the plugin's binding).
 """
 
 # Future
@@ -154,7 +154,7 @@ def check_call(
         f"add the shape lmcache {version} takes to CALLS[{call!r}] in {table}, "
         "first, from this release on (the current one's last release is the one "
         "before), and pass the new arguments where it is called (a shim in "
-        "_lmcache_compat/ chooses by feature detection)"
+        "lmcache_device_kit.compat chooses by feature detection)"
     )
     report.add(label, False, detail, fix)
 

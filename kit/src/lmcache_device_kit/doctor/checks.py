@@ -7,8 +7,8 @@ import LMCache and the plugin's parts inside the functions, in the order
 ``cli.run_checks`` calls them. Nothing here imports at module level beyond the
 standard library, the kit's ``backend`` (the plugin's names, read from its
 ``names.py``) and ``report``; LMCache's private names come through the plugin's
-``_lmcache_compat``. The discovery checks (entry point, registry) are in
-``discovery``.
+binding to the shims, ``_lmcache_compat``. The discovery checks (entry point,
+registry) are in ``discovery``.
 """
 
 # Future

@@ -8,7 +8,8 @@ a transfer that took another sub-path than the one asked for (pickle instead of
 SHM, engine-driven instead of LMCache-driven), an op that fell back to the
 baseline. Imported by ``cli`` and ``live``; imports the kit's ``backend`` and
 ``report`` at module level, LMCache and the plugin's modules (``_lmcache_compat``,
-``_ops_support``, ``pin_memory``) inside the functions, after ``import lmcache``.
+its binding to the shims, with the slow-path counts; ``pin_memory``) inside the
+functions, after ``import lmcache``.
 """
 
 # Future
@@ -25,7 +26,7 @@ from .report import Report
 
 
 def plugin_module(name: str) -> Any:
-    """The plugin's module ``name`` (``_ops_support``, ``pin_memory``, ...)."""
+    """The plugin's module ``name`` (``_lmcache_compat``, ``pin_memory``, ...)."""
     return importlib.import_module(f"{current().package}.{name}")
 
 
@@ -65,7 +66,7 @@ def slow_path_problem(path: str) -> str:
     """
     kinds = [
         kind
-        for kind, count in plugin_module("_ops_support").slow_paths.items()
+        for kind, count in plugin_module("_lmcache_compat").slow_paths.items()
         if count
         and not (path.endswith(("pickle", "inline")) and kind == "pageable host memory")
     ]

@@ -5,9 +5,10 @@ The harness drives LMCache as vLLM and an operator do: a backend's test suite's
 worker ranks, scheduler and ``lmcache server`` processes, and ``doctor --server``.
 LMCache never loads it, but when LMCache moves what it uses, every end-to-end
 test fails as if the plugin had broken. So it is declared as a plugin's own
-interface is (its ``_lmcache_compat/surface.py``: the same formats and release
-bounds), checked by ``doctor --api`` and named as the harness's in the canary's
-report. How the harness calls LMCache on each release is ``lmcache_calls.py``.
+interface is (the release shims' ``compat/surface.py`` and ``declared.py``: the same
+formats and release bounds), checked by ``doctor --api`` and named as the
+harness's in the canary's report. How the harness calls LMCache on each release is
+``lmcache_calls.py``.
 
 Must import nothing: it is read before LMCache is importable, and by tools that
 only inspect it.
