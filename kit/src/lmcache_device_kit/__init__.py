@@ -15,10 +15,20 @@ them. Importing the kit imports neither lmcache nor torch and changes nothing (i
 the plugin).
 """
 
+# Future
+from __future__ import annotations
+
 # Standard
 from importlib import metadata
 
-try:
-    __version__ = metadata.version("lmcache-device-kit")
-except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    """``__version__``, read on first use: a plugin imports the shims, and so this
+    package, inside every process's ``import lmcache``, where reading the installed
+    distributions' metadata would cost milliseconds each time."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return metadata.version("lmcache-device-kit")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "0+unknown"
