@@ -93,7 +93,7 @@ def test_in_tree_compat_module_neither_checks_the_release_nor_patches_the_wire_c
     project = render(ownership="in_tree", lmcache_driven="default")
     compat = (project / IN_TREE_PACKAGE / "_lmcache_compat.py").read_text()
     assert "check_lmcache_version" not in compat and "wire" not in compat.split('"""')[2]
-    assert "lmcache_device_kit" not in compat and f"import {IN_TREE_PACKAGE.replace('/', '.')}._compat as compat" in compat
+    assert "lmcache_device_kit" not in compat and f"from {IN_TREE_PACKAGE.replace('/', '.')}._compat.resolve import" in compat
     copies = sorted(path.name for path in (project / IN_TREE_PACKAGE / "_compat").iterdir())
     assert copies == ["__init__.py", "kv_layout.py", "ops_support.py", "resolve.py", "spec.py", "surface.py"]
     for name in copies:  # byte for byte: the shims stay written once, in the kit

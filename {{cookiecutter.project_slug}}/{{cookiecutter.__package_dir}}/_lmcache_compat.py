@@ -4,9 +4,9 @@
 Why it exists: LMCache's interface moves from release to release (where names
 live, the LMCache-driven capability's spelling, what ``auto`` means, KV
 layouts{{ ", the IPC wire" if cookiecutter.ownership == "wheel" else "" }}). The shims that follow it, and the ops' device-independent
-helpers, are written once, in the package imported below as ``compat``; this
-module gives them this backend's own facts. The other modules import LMCache's
-names, and the shims', from here (``__getattr__``: on first use).
+helpers, are written once, in the shims' package imported below; this module
+gives them this backend's own facts. The other modules import LMCache's names,
+and the shims', from here (``__getattr__``: on first use).
 
 Must not import, at top level, anything from LMCache but what the shims import
 (``DeviceSpec``): LMCache imports this module, through the spec module, while it
@@ -28,13 +28,13 @@ from {{ cookiecutter.__compat_package }}.ops_support import (
 {%- if cookiecutter.ownership == 'wheel' %}
 from {{ cookiecutter.__compat_package }}.release import check_release
 {%- endif %}
+from {{ cookiecutter.__compat_package }}.resolve import lookup
 from {{ cookiecutter.__compat_package }}.spec import (  # noqa: F401 - for the spec module
     PortableDeviceSpec,
 )
 {%- if cookiecutter.ownership == 'wheel' and cookiecutter.lmcache_driven != 'no' %}
 from {{ cookiecutter.__compat_package }}.wire import WireType
 {%- endif %}
-import {{ cookiecutter.__compat_package }} as compat
 
 # Local
 from .names import {{ "ALLOW_UNTESTED_ENV_VAR, " if cookiecutter.ownership == "wheel" else "" }}SLOW_PATH_MARK
@@ -72,4 +72,4 @@ def check_lmcache_version() -> None:
 def __getattr__(name: str) -> Any:
     """The shims' names, and LMCache's resolved on first use (after ``import
     lmcache``): ``DeviceOps``, ``torch_ops``, ``PortableDeviceSpec``, ..."""
-    return getattr(compat, name)
+    return lookup(name)

@@ -2,9 +2,9 @@
 """LMCache's names, found where the installed release keeps them.
 
 Why a module of its own: the package's ``__getattr__``, the KV layouts, the wire
-registration and the ops' helpers all resolve LMCache's names through ``lazy``; kept
-apart from ``__init__`` (which imports ``DeviceSpec``), they import it without an
-import circle.
+registration and the ops' helpers all resolve LMCache's names through ``lazy``, and
+a plugin's binding module the rest through ``lookup``; kept apart from ``__init__``
+(which imports LMCache first), they import it without an import circle.
 
 Must not import anything from LMCache at top level: LMCache imports the shims while
 it builds its device registry, inside ``import lmcache``, and a name resolved then
@@ -58,6 +58,14 @@ def resolve(candidates: tuple[Location, ...]) -> Any:
         f"where this release keeps it to NAMES in {__package__}.surface "
         "(doctor --api names it)."
     )
+
+
+def lookup(name: str) -> Any:
+    """A name of the shims' package (``PortableDeviceSpec``, ``host_pieces``, ...) or
+    LMCache's (``lazy``): what a plugin's binding module does not define itself. The
+    package is looked up when asked (after ``import lmcache``), not imported here:
+    it imports this module."""
+    return getattr(importlib.import_module(__name__.rpartition(".")[0]), name)
 
 
 def lazy(name: str) -> Any:

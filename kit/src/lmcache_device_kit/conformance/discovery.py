@@ -39,7 +39,7 @@ PROBE = textwrap.dedent(
     from lmcache.v1.platform import _DEVICE_REGISTRY, resolve_device_ops
     from lmcache.v1.platform._device_detect import DEVICE_PLUGIN_ENTRY_POINT_GROUP
     compat = sys.modules.get(__PACKAGE__ + "._lmcache_compat")  # loaded with the spec
-    shims = compat.compat.__name__ if compat else "lmcache_device_kit.compat"
+    shims = compat.OpsSupport.__module__.rpartition(".")[0] if compat else "-"
     after_import = sorted(
         m for m in sys.modules
         if any(m == p or m.startswith(p + ".") for p in (__PACKAGE__, shims))
