@@ -67,6 +67,7 @@ def typechecked_meanwhile(session: nox.Session, env: ReleaseEnv, project: Path, 
     if context(project)["ownership"] != "wheel":
         yield
         return
+    install_kit(session, env)  # the render imports the kit's shims: mypy reads this very kit
     process = subprocess.Popen(mypy_argv(env, project, cache), cwd=project, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
@@ -91,6 +92,7 @@ def check_statically(session: nox.Session, env: ReleaseEnv, project: Path, cache
             for command in WHEEL_STYLE_CHECKS:
                 env.run(session, *command, silent=True)
         if types:
+            install_kit(session, env)  # the render imports the kit's shims: mypy reads this very kit
             env.run(session, *mypy_argv(env, project, cache), silent=True)
     else:
         passed, report = check_contribution(project, NEWEST, ROOT / ".nox" / f"lmcache-style-{NEWEST}")

@@ -118,8 +118,8 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy on the package{{ " and the emulator" if cookiecutter.emulator == "yes" else "" }}, with
-    pyproject.toml's settings."""
-    session.install("mypy")
+    pyproject.toml's settings (the kit too: the package imports its shims)."""
+    session.install("mypy", *kit_requirement())
 {%- if cookiecutter.emulator == 'yes' %}
     sources = [ROOT / "src", ROOT / "emulator" / "src"]
 {%- else %}
