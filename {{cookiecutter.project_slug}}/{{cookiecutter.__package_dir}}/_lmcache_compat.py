@@ -9,8 +9,10 @@ gives them this backend's own facts. The other modules import LMCache's names,
 and the shims', from here (``__getattr__``: on first use).
 
 Must not import, at top level, anything from LMCache but what the shims import
-(``DeviceSpec``): LMCache imports this module, through the spec module, while it
-builds its device registry inside ``import lmcache``. Importing it changes nothing.
+(``DeviceSpec``{% if cookiecutter.ownership == "wheel" and cookiecutter.lmcache_driven != "no" %}, and for the wire type the msgspec-only
+``ipc_wire``{% endif %}): LMCache imports this module, through the spec module,
+while it builds its device registry inside ``import lmcache``. Importing it
+changes nothing.
 """
 
 # Future
