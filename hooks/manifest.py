@@ -64,12 +64,11 @@ PARTS = (
             f"{PACKAGE}/{name}"
             for name in (
                 "_lmcache_compat/kv_layout.py",
-                "after_stream.py",
                 "cache_context.py",
                 "event_ipc.py",
                 "ipc_wrapper.py",
                 "pin_memory.py",
-                "thread_context.py",
+                "runtime.py",
             )
         ),
     ),

@@ -62,8 +62,8 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     rendered = files(project)
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
         "__init__.py", "names.py", "_lmcache_compat/__init__.py", "_lmcache_compat/kv_layout.py", "_lmcache_compat/surface.py",
-        "device_ops.py", "_ops_support.py", "ipc_wrapper.py", "cache_context.py", "after_stream.py", "thread_context.py",
-        "event_ipc.py", "pin_memory.py")}  # fmt: skip
+        "device_ops.py", "_ops_support.py", "ipc_wrapper.py", "cache_context.py", "runtime.py", "event_ipc.py",
+        "pin_memory.py")}  # fmt: skip
     emulator = {f"{IN_TREE_TESTS}_emulator/pyproject.toml",
                 *(f"{IN_TREE_TESTS}_emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES)}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in (

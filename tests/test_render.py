@@ -61,7 +61,7 @@ NATIVE_FILES = {
 }  # fmt: skip
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py"
-    for name in ("ipc_wrapper", "cache_context", "after_stream", "thread_context", "event_ipc", "pin_memory",
+    for name in ("ipc_wrapper", "cache_context", "runtime", "event_ipc", "pin_memory",
                  "_lmcache_compat/kv_layout",
                  "_lmcache_compat/wire")
 }
