@@ -140,9 +140,9 @@ def test_device_spec_caches_its_event_backend(fake_runtime: None) -> None:
 
 
 @requires_device
-def test_an_imported_event_orders_another_streams_work() -> None:
-    """The consumer's stream waits on the imported event: it reads what the
-    producer's stream wrote before recording it."""
+def test_an_exported_event_imports_records_and_orders_a_stream() -> None:
+    """Export, import, record, wait, query and synchronize on the device: the
+    consumer's stream reads what the producer wrote before recording."""
     runtime = getattr(torch, TORCH_MODULE_NAME)
     device = torch.device(DEVICE_TYPE, 0)
     backend = Backend()
@@ -161,3 +161,10 @@ def test_an_imported_event_orders_another_streams_work() -> None:
     consumer.synchronize()
     assert backend.query_event(imported)
     assert torch.equal(observed.cpu(), torch.full((1 << 16,), 3.0))
+
+
+@requires_device
+def test_a_handle_that_was_never_exported_is_refused() -> None:
+    device = torch.device(DEVICE_TYPE, 0)
+    with pytest.raises(Exception):  # noqa: B017 - whatever the runtime raises
+        Backend().import_event(bytes(64), device)
