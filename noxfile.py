@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tasks.checks import context  # noqa: E402
 from tasks.envs import ReleaseEnv  # noqa: E402
+from tasks.kit import kit_test_requirements  # noqa: E402
 from tasks.matrix import check_combination  # noqa: E402
 from tasks.progress import timed  # noqa: E402
 from tasks.project import install_render, render  # noqa: E402
@@ -77,7 +78,8 @@ nox.options.reuse_existing_virtualenvs = True
 
 #: The Pythons the template itself runs on (its tasks use tomllib: 3.11+); renders declare their own range.
 TEMPLATE_PYTHONS = ["3.11", "3.12", "3.13"]
-TEMPLATE_DEPS = ["cookiecutter>=2.6", "pytest>=8", "pytest-xdist>=3.5", "ruff", "isort>=6", "nox>=2024.4.15", "build",
+#: pytest and pytest-xdist as the kit's test extra pins them (kit/pyproject.toml).
+TEMPLATE_DEPS = ["cookiecutter>=2.6", *kit_test_requirements(), "ruff", "isort>=6", "nox>=2024.4.15", "build",
                  "cruft", "packaging"]  # fmt: skip
 WHEEL_VARIANTS = [name for name, variant in VARIANTS.items() if not is_in_tree(variant)]
 IN_TREE_VARIANTS = [name for name, variant in VARIANTS.items() if is_in_tree(variant)]

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the template's automation imports PARTS where jinja2 is not
 
 PACKAGE = "{{cookiecutter.__package_dir}}"
 TESTS = "{{cookiecutter.__tests_dir}}"
+BACKEND = "{{cookiecutter.backend_name}}"
 LMCACHE_DRIVEN = ("opt_in", "default")
 #: The kit's run-time shims, beside the template, and where an in-tree backend keeps its copy.
 KIT_COMPAT = Path(__file__).resolve().parent.parent / "kit" / "src" / "lmcache_device_kit" / "compat"
@@ -72,12 +73,11 @@ PARTS = (
         tuple(
             f"{PACKAGE}/{name}"
             for name in (
-                "after_stream.py",
                 "cache_context.py",
                 "event_ipc.py",
                 "ipc_wrapper.py",
                 "pin_memory.py",
-                "thread_context.py",
+                "runtime.py",
             )
         ),
     ),
@@ -97,6 +97,27 @@ PARTS = (
         "the sample kernels' own tests, on the emulator (the kit's suite reads only what native_ops declares)",
         {"native_ops": ("yes",), "emulator": ("yes",)},
         (f"{TESTS}/test_sample_kernels.py",),
+    ),
+    Part(
+        "the kit's conformance suite, subclassed (LMCache's tree does not depend on the kit: the template runs it "
+        "beside an in-tree contribution)",
+        {"ownership": ("wheel",)},
+        (f"{TESTS}/conftest.py", f"{TESTS}/test_conformance.py"),
+    ),
+    Part(
+        "an in-tree contribution's own tests, in LMCache's per-device style: support, transfers",
+        {"ownership": ("in_tree",)},
+        tuple(f"{TESTS}/test_{BACKEND}_{name}.py" for name in ("support", "transfer")),
+    ),
+    Part(
+        "an in-tree engine-driven backend's capability surface, in LMCache's per-device style",
+        {"ownership": ("in_tree",), "lmcache_driven": ("no",)},
+        (f"{TESTS}/test_{BACKEND}_engine_driven.py",),
+    ),
+    Part(
+        "an in-tree backend's LMCache-driven parts, tested in LMCache's per-device style",
+        {"ownership": ("in_tree",), "lmcache_driven": LMCACHE_DRIVEN},
+        tuple(f"{TESTS}/test_{BACKEND}_{name}.py" for name in ("ipc_wrapper", "cache_context", "event_ipc", "pin_memory")),
     ),
     Part(
         "LMCache's per-device tests, ported to a wheel's LMCache-driven parts",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nox
 
+from tasks.kit import kit_test_requirements
 from tasks.kit_source import environment_steps
 from tasks.variants import ROOT
 
@@ -28,10 +29,11 @@ from tasks.variants import ROOT
 #: otherwise pulls a multi-GB CUDA build); vendors point it at their torch.
 TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
 #: What every variant needs beside torch and lmcache: the template's tools, the builders (native
-#: ops build without isolation, against this torch) and the rendered suite's test extra.
+#: ops build without isolation, against this torch) and the rendered suite's test extra (pytest and
+#: pytest-xdist: the kit's own test extra, where they are pinned).
 TOOLS = [
     "cookiecutter>=2.6", "ruff", "isort>=6", "mypy", "build", "setuptools>=77", "wheel", "ninja", "packaging",
-    "pytest>=8,<9.2", "pytest-xdist>=3.5", "nox>=2024.4.15",
+    *kit_test_requirements(), "nox>=2024.4.15",
 ]  # fmt: skip
 
 

@@ -26,6 +26,12 @@ def kit_version(root: Path = KIT) -> str:
     return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
 
 
+def kit_test_requirements(root: Path = KIT) -> list[str]:
+    """The kit's test extra (pytest, pytest-xdist): what every suite here runs under, pinned once there (a
+    render takes it as ``lmcache-device-kit[test]``)."""
+    return list(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"])
+
+
 def kit_structure_problems(root: Path = KIT) -> list[str]:
     """Import circles in the kit's package and modules longer than a screen."""
     package_dir = root / "src" / KIT_PACKAGE

@@ -19,7 +19,7 @@ from tasks.checks import context
 from tasks.envs import ReleaseEnv, overlay_in_tree, wire_patches
 from tasks.progress import timed
 from tasks.project import check_statically, emulator_distribution, install_emulator, install_kit, install_render, render
-from tasks.suite import run_suite
+from tasks.suite import run_in_tree_suites, run_suite
 from tasks.variants import NEWEST, OPTIONS, combination_id
 
 #: The rendered test file the option matrix leaves out: LMCache's ported per-device tests, which the kit's contract
@@ -59,24 +59,32 @@ def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
             install_kit(session, env)
             if emulator:
                 install_emulator(session, env, project)
-        with timings.step("overlay onto lmcache; server-free suite") as step:
+        with timings.step("overlay onto lmcache; its own tests, the kit's server-free suite") as step:
             with env.overlaid(session, project, ctx["backend_name"]):
-                outcome = run_suite(session, env, tests, work, env_vars, device_present=emulator, own_settings=False,
-                                    serial=not emulator, server_free=True)  # fmt: skip
+                outcome = run_in_tree_suites(session, env, project, work, env_vars, device_present=emulator,
+                                             serial=not emulator, server_free=True)  # fmt: skip
             step.result = str(outcome)
 
 
 def typecheck_in_checkout(session: nox.Session, env: ReleaseEnv, project: Path, backend: str) -> None:
-    """mypy on the contribution inside LMCache's sources (the installed release's Python files) with the
-    contribution and its patch applied, as a reviewer's checkout has them."""
+    """mypy on the contribution (its package and its tests) inside LMCache's sources (the installed release's
+    Python files) with the contribution and its patch applied, as a reviewer's checkout has them."""
     checkout = env.path / "lmcache-checkout"
     if not checkout.exists():
         shutil.copytree(env.site_packages(session) / "lmcache", checkout / "lmcache", ignore=_all_but_python_sources)
-    with overlay_in_tree(session, project, checkout, backend), session.chdir(checkout):
-        # errors in LMCache's own modules are not ours to report
-        env.run(session, "mypy", "--ignore-missing-imports", "--explicit-package-bases", "--follow-imports=silent",
-                "--cache-dir", str(env.path / "mypy-cache-in-tree"),
-                f"lmcache/v1/platform/devices/{backend}")  # fmt: skip
+    tests = Path(context(project)["__tests_dir"])
+    shutil.rmtree(checkout / "tests", ignore_errors=True)  # an earlier combination's
+    (checkout / tests).mkdir(parents=True)
+    for test in (project / tests).glob("*.py"):
+        shutil.copy2(test, checkout / tests / test.name)
+    try:
+        with overlay_in_tree(session, project, checkout, backend), session.chdir(checkout):
+            # errors in LMCache's own modules are not ours to report
+            env.run(session, "mypy", "--ignore-missing-imports", "--explicit-package-bases", "--follow-imports=silent",
+                    "--cache-dir", str(env.path / "mypy-cache-in-tree"),
+                    f"lmcache/v1/platform/devices/{backend}", str(tests))  # fmt: skip
+    finally:
+        shutil.rmtree(checkout / "tests")
 
 
 def _all_but_python_sources(directory: str, names: list[str]) -> list[str]:

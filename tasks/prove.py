@@ -3,8 +3,10 @@
 
 A wheel variant is built and installed into the release's environment; an
 in-tree variant is overlaid onto its lmcache (package, then wire patch) and
-taken off again afterwards. Either way the rendered suite runs from an empty
-directory against what is installed, through real ``lmcache server`` processes.
+taken off again afterwards. Either way the kit's conformance suite runs from an
+empty directory against what is installed, through real ``lmcache server``
+processes (a wheel's as its render subclasses it; beside an in-tree contribution,
+which carries its own tests in LMCache's style, as the template writes it).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from tasks.project import (
     render,
     typechecked_meanwhile,
 )
-from tasks.suite import Outcome, count, run_canary, run_contract, run_suite
+from tasks.suite import Outcome, count, run_canary, run_contract, run_in_tree_suites, run_suite
 from tasks.variants import (
     EMULATOR_RUNTIMES,
     NEWEST,
@@ -106,7 +108,7 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
                                   f"{registered}; print('in-tree spec under test:', type(s).__module__)",
                                   env=env_vars)  # fmt: skip
             session.log(ours(said))
-            return run_suite(session, env, [tests], work, env_vars, device_present=True, own_settings=False)
+            return run_in_tree_suites(session, env, project, work, env_vars, device_present=emulator)
     assert wheel is not None
     install_wheel(session, env, wheel, project, build_emulator(session, env, project) if emulator else None)
     package = ctx["__package"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
@@ -15,6 +16,36 @@ from tasks.envs import ReleaseEnv
 #: For suites run without the rendered pyproject's settings (in-tree, server-free subsets): in
 #: parallel, tests of one shared server on one xdist worker, the slowest listed.
 PYTEST_ARGS = ("-n", "auto", "--dist", "loadgroup", "--durations", "10")
+#: The marker LMCache's per-device tests carry, registered as LMCache's pytest.ini registers it (its
+#: tests/conftest.py, which reads it, is not in an installed lmcache).
+LMCACHE_MARKERS = ("-o", "markers=no_shared_allocator: Disable the shared-allocator monkeypatch for this test")
+#: The kit's conformance classes beside an in-tree contribution, which carries no test that imports the kit
+#: (LMCache's tree does not depend on it): a conftest and a test module of their own, written to a directory
+#: outside the contribution. The classes come from the kit's one list (``conformance.catalog``), the list a wheel
+#: render's tests/test_conformance.py subclasses by hand.
+KIT_CONFTEST = '''"""Written by lmcache-device-template (tasks/suite.py): the kit's suite against {package}."""
+
+import os
+
+from lmcache_device_kit import backend as kit_backend
+
+BACKEND = kit_backend.use({package!r})
+if BACKEND.device_present():  # imports torch, which loads the emulator when it is chosen
+    os.environ.setdefault("LMCACHE_DEVICE_BACKEND", BACKEND.backend_name)
+
+from lmcache_device_kit.harness.spawn import QUIET_ENV  # noqa: E402
+
+for _key, _value in QUIET_ENV.items():
+    os.environ.setdefault(_key, _value)
+
+from lmcache_device_kit.conformance.plugin import *  # noqa: E402, F403
+'''
+KIT_TESTS = '''"""Written by lmcache-device-template (tasks/suite.py): every conformance class of the kit, subclassed."""
+
+from lmcache_device_kit.conformance.catalog import subclasses
+
+globals().update(subclasses(__name__))
+'''
 
 
 @dataclass
@@ -34,6 +65,7 @@ class Outcome:
 def run_suite(
     session: nox.Session, env: ReleaseEnv, tests: list[Path], work: Path, env_vars: dict[str, str | None],
     *, device_present: bool, own_settings: bool = True, serial: bool = False, server_free: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> Outcome:  # fmt: skip
     """Run the suite from an empty directory (nothing may resolve to the source tree) and count it.
 
@@ -46,7 +78,7 @@ def run_suite(
     run_dir = work / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     junit = work / "junit.xml"
-    extra = (() if own_settings else PYTEST_ARGS) + (("-n", "0") if serial else ())
+    extra += (() if own_settings else PYTEST_ARGS) + (("-n", "0") if serial else ())
     extra += ("-m", "not servers") if server_free else ()
     with session.chdir(run_dir):
         env.run_logged(session, work / "suite.log", "python", "-m", "pytest", "-p", "no:cacheprovider", "-ra",
@@ -54,6 +86,33 @@ def run_suite(
     outcome = count(session, junit, device_present=device_present)
     session.log(f"suite time per test file:\n{per_file(junit)}")
     return outcome
+
+
+def run_in_tree_suites(
+    session: nox.Session, env: ReleaseEnv, project: Path, work: Path, env_vars: dict[str, str | None],
+    *, device_present: bool, serial: bool = False, server_free: bool = False,
+) -> Outcome:  # fmt: skip
+    """An in-tree contribution overlaid onto lmcache, proven twice, each from an empty directory: its own tests
+    (LMCache's per-device style: plain pytest, as LMCache runs them, no kit) and the kit's conformance classes
+    (``kit_suite``). The outcome is the kit's; the contribution's own tests are its ``also``."""
+    ctx = context(project)
+    begun = time.monotonic()
+    own = run_suite(session, env, [project / ctx["__tests_dir"]], work / "own", env_vars,
+                    device_present=device_present, own_settings=False, serial=True, extra=LMCACHE_MARKERS)  # fmt: skip
+    own_seconds = time.monotonic() - begun
+    outcome = run_suite(session, env, [kit_suite(work / "kit-suite", ctx["__package"])], work / "kit", env_vars,
+                        device_present=device_present, own_settings=False, serial=serial, server_free=server_free)  # fmt: skip
+    outcome.also = f"the contribution's own tests: {own.passed} passed, {own.skipped} skipped"
+    outcome.also_seconds = own_seconds
+    return outcome
+
+
+def kit_suite(directory: Path, package: str) -> Path:
+    """Write the kit's suite against the in-tree backend ``package`` to ``directory`` (KIT_CONFTEST, KIT_TESTS)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "conftest.py").write_text(KIT_CONFTEST.format(package=package))
+    (directory / "test_conformance.py").write_text(KIT_TESTS)
+    return directory
 
 
 def count(session: nox.Session, junit: Path, *, device_present: bool) -> Outcome:

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from hooks.kit_version import kit_requirement as kit_requirement_in_renders
 from hooks.kit_version import kit_version as kit_version_in_renders
-from tasks.kit import KIT, kit_structure_problems, kit_version, kit_wheel_problems
+from tasks.kit import KIT, kit_structure_problems, kit_test_requirements, kit_version, kit_wheel_problems
 from tasks.kit_source import CLI_EXTRAS, compatible_range, environment_steps
 from tasks.variants import LMCACHE_RELEASES, PRERELEASES
 
@@ -33,10 +34,17 @@ def kit_requirement(project: Path, kit_env: str | None = None) -> list[str]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_a_render_pins_the_kit_at_the_version_the_kit_declares(render: Callable[..., Path]) -> None:
+def test_a_render_pins_the_kit_at_the_version_the_kit_declares_and_takes_pytest_from_its_test_extra(
+    render: Callable[..., Path],
+) -> None:
+    """pytest and pytest-xdist are pinned once, in the kit's test extra (the reason beside it): a render's test
+    extra takes them through ``lmcache-device-kit[test]`` and pins none of its own."""
     test_extra = tomllib.loads((render() / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
-    assert f"lmcache-device-kit=={kit_version()}" in test_extra
+    assert f"lmcache-device-kit[test]=={kit_version()}" in test_extra
     assert kit_version_in_renders() == kit_version()
+    names = {Requirement(text).name for text in kit_test_requirements()}
+    assert names == {"pytest", "pytest-xdist"}
+    assert not names & {Requirement(text).name for text in test_extra}
 
 
 @pytest.mark.parametrize(("version", "expected"), [("0.2.0", ">=0.2.0,<0.3"), ("0.2.7", ">=0.2.7,<0.3"), ("1.9.1", ">=1.9.1,<1.10")])
@@ -69,7 +77,7 @@ def test_the_rendered_noxfile_takes_the_kit_from_the_environment_first_and_else_
     render: Callable[..., Path],
 ) -> None:
     project = render()
-    assert kit_requirement(project) == [f"lmcache-device-kit=={kit_version()}"]
+    assert kit_requirement(project) == [f"lmcache-device-kit[test]=={kit_version()}"]
     assert kit_requirement(project, f"{KIT} --no-build-isolation") == [str(KIT), "--no-build-isolation"]
 
 
@@ -139,7 +147,7 @@ def test_the_rendered_noxfile_installs_what_the_kit_says_in_its_order(
     installs = json.loads(done.stdout.splitlines()[-1])
     lmcache, *past_pin = arguments
     test_extra = tomllib.loads((project / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
-    expected = [[f"lmcache-device-kit=={kit_version()}"],
+    expected = [[f"lmcache-device-kit[test]=={kit_version()}"],
                 *[args for _, args in environment_steps(["torch", "--index-url", "https://i"], str(lmcache))],
                 test_extra if past_pin else ["dist/w.whl[test]"], ["--force-reinstall", "--no-deps", "dist/w.whl"]]  # fmt: skip
     if emulator == "yes":

@@ -88,6 +88,26 @@ def test_answers_drop_exactly_the_parts_they_do_not_keep() -> None:
     assert "patches/0001-ipc-wire-foo.patch" in dropped
 
 
+@pytest.mark.parametrize("choice", ["no", "default"])
+def test_an_in_tree_render_carries_its_own_tests_and_not_the_kits(choice: str) -> None:
+    """LMCache's tree does not depend on the kit: in-tree, the kit's conftest and subclasses go, the LMCache-style
+    tests of the parts the backend has stay; a wheel keeps the kit's and none of these."""
+    tests = "tests/v1/platform/devices/foo"
+    answers = {
+        "ownership": "in_tree", "lmcache_driven": choice, "native_ops": "no", "emulator": "yes", "backend_name": "foo",
+        "__package_dir": "lmcache/v1/platform/devices/foo", "__emulator_dir": f"{tests}_emulator", "__tests_dir": tests,
+    }  # fmt: skip
+    dropped = set(dropped_paths(Environment(), answers))
+    assert {f"{tests}/conftest.py", f"{tests}/test_conformance.py"} <= dropped
+    kept = {"test_foo_support.py", "test_foo_transfer.py"}
+    kept |= {"test_foo_engine_driven.py"} if choice == "no" else {"test_foo_ipc_wrapper.py", "test_foo_pin_memory.py"}
+    assert not {f"{tests}/{name}" for name in kept} & dropped
+    other = "test_foo_ipc_wrapper.py" if choice == "no" else "test_foo_engine_driven.py"
+    assert f"{tests}/{other}" in dropped
+    wheel = set(dropped_paths(Environment(), {**answers, "ownership": "wheel", "__tests_dir": "tests"}))
+    assert "tests/test_foo_support.py" in wheel and "tests/conftest.py" not in wheel
+
+
 def test_the_hook_refuses_a_path_outside_the_project_and_deletes_nothing(tmp_path: Path) -> None:
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "keep.py").write_text("")

@@ -28,6 +28,12 @@ WHEEL_ONLY_CLASSES = {
     "BaseWheelDiscoveryTests", "BaseLMCacheSurfaceTests", "BaseDoctorTests", "BaseDoctorLiveTests", "BaseDoctorPathsTests",
 }  # fmt: skip
 IN_TREE_ONLY_CLASSES = {"BaseInTreeDiscoveryTests"}
+#: An in-tree contribution's own tests, in LMCache's per-device style (no kit), by lmcache_driven choice.
+IN_TREE_OWN_TESTS = {
+    "no": ("test_foo_support.py", "test_foo_transfer.py", "test_foo_engine_driven.py"),
+    "default": ("test_foo_support.py", "test_foo_transfer.py", "test_foo_ipc_wrapper.py", "test_foo_cache_context.py",
+                "test_foo_event_ipc.py", "test_foo_pin_memory.py"),
+}  # fmt: skip
 KIT_CONFORMANCE = ROOT / "kit" / "src" / "lmcache_device_kit" / "conformance"
 
 
@@ -64,12 +70,10 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
         "__init__.py", "names.py", "_lmcache_compat.py", "_compat/__init__.py", "_compat/kv_layout.py",
         "_compat/ops_support.py", "_compat/resolve.py", "_compat/spec.py", "_compat/surface.py", "device_ops.py",
-        "ipc_wrapper.py",
-        "cache_context.py", "after_stream.py", "thread_context.py", "event_ipc.py", "pin_memory.py")}  # fmt: skip
+        "ipc_wrapper.py", "cache_context.py", "runtime.py", "event_ipc.py", "pin_memory.py")}  # fmt: skip
     emulator = {f"{IN_TREE_TESTS}_emulator/pyproject.toml",
                 *(f"{IN_TREE_TESTS}_emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES)}  # fmt: skip
-    suite = {f"{IN_TREE_TESTS}/{name}" for name in (
-        "conftest.py", "test_conformance.py")}  # fmt: skip
+    suite = {f"{IN_TREE_TESTS}/{name}" for name in IN_TREE_OWN_TESTS["default"]}
     assert rendered == package | suite | emulator | {"patches/0001-ipc-wire-foo.patch", "PR_DESCRIPTION.md", ".cookiecutter.json"}
     assert not [d for d in project.rglob("*") if d.is_dir() and not any(d.iterdir())], "empty directories left behind"
 
@@ -137,16 +141,42 @@ def test_engine_driven_in_tree_render_needs_no_wire_patch(render: Callable[..., 
     assert "git apply" not in (project / "PR_DESCRIPTION.md").read_text()
 
 
-def test_both_ownership_models_render_the_same_conformance_suite(render: Callable[..., Path], tmp_path: Path) -> None:
-    """Same test files, same tests, same subclasses of the kit's classes; the few classes about how the backend is
-    installed declare it (``requires`` wheel or in_tree), so the kit's plugin skips them under the other model."""
-    wheel = suite_functions(render(lmcache_driven="default") / "tests")
-    in_tree = suite_functions(render(ownership="in_tree", lmcache_driven="default") / IN_TREE_TESTS)
-    # the kit's contract runner runs the ported LMCache tests (its devices suite) against an installed wheel
-    assert in_tree == {name: tests for name, tests in wheel.items() if name != "test_lmcache_ports.py"}
+@pytest.mark.parametrize("choice", ["no", "opt_in", "default"])
+def test_in_tree_tests_are_lmcache_style_and_import_no_kit(render: Callable[..., Path], choice: str) -> None:
+    """LMCache's tree does not depend on lmcache-device-kit: the contribution's tests are plain pytest modules named
+    and skipped as LMCache's per-device tests are (``test_<backend>_*.py``, no conftest, a device probe through the
+    spec), importing LMCache and the backend only; the template runs the kit's classes beside them."""
+    tests = render(ownership="in_tree", lmcache_driven=choice) / IN_TREE_TESTS
+    names = sorted(path.name for path in tests.iterdir())
+    assert names == sorted(IN_TREE_OWN_TESTS["no" if choice == "no" else "default"])
+    for name in names:
+        text = (tests / name).read_text()
+        tree = ast.parse(text)
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not [module for module in imported if module.startswith("lmcache_device_kit")], name
+        assert {module.split(".")[0] for module in imported} <= {"lmcache", "torch", "pytest", "msgspec", "ctypes",
+                                                                 "collections", "contextlib", "math", "types",
+                                                                 "typing", "unittest", "importlib"}, name  # fmt: skip
+        assert "pytestmark = pytest.mark.no_shared_allocator" in text, name
+        assert "not FooDeviceSpec().is_available()," in text, name
+
+
+def test_the_wheel_suite_subclasses_the_kits_catalog_in_its_order(render: Callable[..., Path]) -> None:
+    """A wheel's tests/test_conformance.py subclasses every class of the kit's one list (``conformance.catalog``), in
+    its order: the list the template's in-tree sessions subclass beside an in-tree contribution (tasks/suite.py). The
+    few classes about how the backend is installed declare it (``requires`` wheel or in_tree), so the kit's plugin
+    skips them under the other model."""
+    tree = ast.parse((render(lmcache_driven="default") / "tests" / "test_conformance.py").read_text())
+    subclassed = [(n.name, ast.unparse(n.bases[0])) for n in tree.body if isinstance(n, ast.ClassDef)]
+    catalog = ast.parse((KIT_CONFORMANCE / "catalog.py").read_text())
+    (bases,) = [n.value for n in catalog.body if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "BASES"]
+    assert isinstance(bases, ast.Tuple)
+    listed = [ast.unparse(base) for base in bases.elts]
+    assert [base for _, base in subclassed] == listed
+    assert all(name == "Test" + base.split(".Base")[1].removesuffix("Tests") for name, base in subclassed)
     classes = kit_requires()
-    subclassed = {name.split("(")[1].rstrip(")") for name in wheel["test_conformance.py"]}
-    assert subclassed == set(classes), "subclass every kit class in test_conformance.py, and only those"
+    assert set(listed) == set(classes), "the catalog lists every kit class, and only those"
     assert {name.split(".")[1] for name, needs in classes.items() if "wheel" in needs} == WHEEL_ONLY_CLASSES
     assert {name.split(".")[1] for name, needs in classes.items() if "in_tree" in needs} == IN_TREE_ONLY_CLASSES
 

@@ -60,7 +60,7 @@ NATIVE_FILES = {
 }  # fmt: skip
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py"
-    for name in ("ipc_wrapper", "cache_context", "after_stream", "thread_context", "event_ipc", "pin_memory")
+    for name in ("ipc_wrapper", "cache_context", "runtime", "event_ipc", "pin_memory")
 }
 #: LMCache's per-device tests ported to a plugin (the kit's conformance.ports), subclassed: the contract's devices
 #: suite, in wheels with LMCache-driven classes.
@@ -475,7 +475,7 @@ def test_the_wheel_requires_the_kit_in_a_compatible_range_and_its_doctor_says_ho
     major, minor, _ = kit_version().split(".")
     kit = f"lmcache-device-kit>={kit_version()},<{major}.{int(minor) + 1}"
     assert declared["dependencies"] == ["lmcache>=0.5.4,<=0.5.6", kit]
-    assert f"lmcache-device-kit=={kit_version()}" in declared["optional-dependencies"]["test"]
+    assert f"lmcache-device-kit[test]=={kit_version()}" in declared["optional-dependencies"]["test"]
     assert set(declared["optional-dependencies"]) == {"test"}
     assert 'DISTRIBUTION = "lmcache-foo-device"' in (project / "src/lmcache_foo/doctor.py").read_text()
 
@@ -506,7 +506,7 @@ def test_the_wheel_check_refuses_a_production_wheel_whose_requirements_are_not_l
         archive.writestr("lmcache_foo_device-0.1.0.dist-info/entry_points.txt", "")
     problems = wheel_problems(wheel, project)
     assert any(p.startswith(problem) for p in problems), problems
-    assert f"METADATA lacks 'lmcache-device-kit=={kit_version()}' under the 'test' extra" in problems
+    assert f"METADATA lacks 'lmcache-device-kit[test]=={kit_version()}' under the 'test' extra" in problems
 
 
 @pytest.mark.parametrize("native_ops", ["no", "yes"])

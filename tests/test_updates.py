@@ -102,7 +102,7 @@ def test_a_new_kit_release_reaches_a_project_as_a_pin_bump_and_a_recorded_commit
     cruft("update", "--skip-apply-ask", cwd=project)
     changed = run("git", "status", "--porcelain", cwd=project).stdout.split()
     assert sorted(changed[1::2]) == [".cookiecutter.json", ".cruft.json", "pyproject.toml"]
-    assert '"lmcache-device-kit==99.0.0"' in (project / "pyproject.toml").read_text()
+    assert '"lmcache-device-kit[test]==99.0.0"' in (project / "pyproject.toml").read_text()
     assert '"lmcache-device-kit>=99.0.0,<99.1"' in (project / "pyproject.toml").read_text()  # the wheel's own range
     new_commit = run("git", "rev-parse", "HEAD", cwd=template_repo).stdout.strip()
     assert json.loads((project / ".cruft.json").read_text())["commit"] == new_commit

@@ -14,7 +14,7 @@
 // the same stream, which a runtime's bindings need not release.
 // TODO(vendor): the launcher is your runtime's host-function launch
 // (cudaLaunchHostFunc; aclrtLaunchCallback on Ascend), passed from native_ops.py.
-// A runtime without one keeps the synchronizing path (after_stream.py).
+// A runtime without one keeps the synchronizing path (runtime.py).
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

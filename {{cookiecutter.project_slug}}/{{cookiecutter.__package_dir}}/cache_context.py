@@ -33,8 +33,8 @@ from ._lmcache_compat import (
     init_logger,
     normalize_and_discover_per_layer_formats,
 )
-from .after_stream import after_stream_work
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
+from .runtime import after_stream_work
 
 logger = init_logger(__name__)
 
@@ -67,7 +67,7 @@ class HostCallbackStream:
         self, callback: Callable[[Any], None], arg: Any = None
     ) -> None:
         """Run ``callback(arg)`` once the work queued on the stream so far is done:
-        after a synchronization, on this thread (``after_stream.py`` says why)."""
+        after a synchronization, on this thread (``runtime.py`` says why)."""
         after_stream_work(self.ptr, functools.partial(callback, arg))
 
 

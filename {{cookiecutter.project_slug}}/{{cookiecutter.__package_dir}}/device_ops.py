@@ -20,7 +20,7 @@ gets wrong for a non-CUDA device:
   {{ cookiecutter.device_name }} staging buffer;
 * ``record_completion_on_stream`` / ``record_event_on_stream``: the baseline
   publishes at once, before queued device work has finished; these synchronize
-  the stream first (``after_stream.py``){{ "; the native ops publish from host
+  the stream first (``runtime.py``){{ "; the native ops publish from host
   functions instead" if cookiecutter.native_ops == "yes" else "" }}.
 {%- endif %}
 
@@ -69,10 +69,10 @@ from ._lmcache_compat import (
 {%- endif %}
     torch_ops,
 )
-{%- if cookiecutter.lmcache_driven != 'no' %}
-from .after_stream import after_stream_work
-{%- endif %}
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
+{%- if cookiecutter.lmcache_driven != 'no' %}
+from .runtime import after_stream_work
+{%- endif %}
 {%- if cookiecutter.native_ops == 'yes' %}
 
 logger = init_logger(__name__)
@@ -273,7 +273,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         self, cuda_stream_ptr: int, kind: str, payload: bytes
     ) -> None:
         """Publish a completion once the work queued on the stream before it has
-        finished: synchronize, then publish (``after_stream.py``, TODO(vendor)
+        finished: synchronize, then publish (``runtime.py``, TODO(vendor)
         there)."""
         publish = functools.partial(
             torch_ops.record_completion_on_stream, cuda_stream_ptr, kind, payload

@@ -56,7 +56,7 @@ from lmcache.v1.platform.base.ipc_wire import (
 from ._lmcache_compat import DeviceIPCWrapper, init_logger{{ ", wire" if cookiecutter.ownership == "wheel" else "" }}
 from .device_ops import device_tensor
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
-from .thread_context import bind_thread_context
+from .runtime import bind_thread_context
 
 logger = init_logger(__name__)
 

@@ -24,7 +24,7 @@ runs, with which arguments, is planned in ``_native_plan.py``.
 {%- if cookiecutter.lmcache_driven != 'no' %}
 The completion and event recorders publish from host functions that run no
 Python (``_recorders.cpp``, as LMCache's CUDA recorder), where the runtime can
-launch them (``after_stream.py``).
+launch them (``runtime.py``).
 {%- endif %}
 TODO(vendor): replace them with your device kernels; keep these signatures.
 
@@ -58,10 +58,10 @@ from ._native_plan import FORMATS as _PLANNED_FORMATS
 from ._native_plan import pointer_plan as _pointer_plan
 {%- endif %}
 from ._native_plan import tensor_plan as _tensor_plan
-{%- if cookiecutter.lmcache_driven != 'no' %}
-from .after_stream import host_function_launcher as _host_function_launcher
-{%- endif %}
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
+{%- if cookiecutter.lmcache_driven != 'no' %}
+from .runtime import host_function_launcher as _host_function_launcher
+{%- endif %}
 
 #: The LMCache ``EngineKVFormat`` names (``.name``) the kernels transfer: every other
 #: format goes to LMCache's torch baseline (a slow path). The conformance suite reads it

@@ -22,7 +22,7 @@ from ._host_access import forget_device_address, keep_device_address
 {%- endif %}
 from ._lmcache_compat import PinMemoryBackend, init_logger
 from .names import TORCH_MODULE_NAME
-from .thread_context import bind_thread_context
+from .runtime import bind_thread_context
 
 logger = init_logger(__name__)
 

@@ -7,7 +7,7 @@ skipped with the reason. When it ships, the ops must really be bound (a build th
 silently fell back to the baseline fails here). Their transfers are
 ``native_transfers.py``.
 
-Imports torch; lmcache and the plugin only inside tests.
+Imports no torch and no lmcache: the plugin and LMCache only inside tests.
 """
 
 # Future
@@ -18,9 +18,6 @@ from typing import Any
 import importlib
 import inspect
 import textwrap
-
-# Third Party
-import pytest
 
 # First Party
 from lmcache_device_kit import backend as kit_backend
@@ -118,34 +115,19 @@ class BaseNativeOpsTests(ConformanceTests):
             assert lmcache.device_ops.multi_layer_block_kv_transfer == op
             assert _detect_block_transfer_accepts_tensor() is True
 
-    @pytest.mark.parametrize(
-        ("breakage", "fix"),
-        [
-            # As if the wheel was built without a compiler (the native ops module
-            # fails to import: whatever its compiled module is called):
-            ('sys.modules[PACKAGE + ".native_ops"] = None', "--no-isolation"),
-            # A vendor's runtime before the kernels' launch is ported to it:
-            (
-                "import torch; runtime = getattr(torch, TORCH_MODULE, None); "
-                "runtime and delattr(runtime, 'kernel_launcher')",
-                "native_ops._launch_on",
-            ),
-        ],
-        ids=["no-compiled-module", "no-kernel-launch"],
-    )
-    def test_native_ops_that_cannot_run_fail_soft_to_the_baseline(
-        self, native: Any, breakage: str, fix: str
+    def test_native_ops_that_cannot_load_fail_soft_to_the_baseline(
+        self, native: Any
     ) -> None:
-        """Without the compiled kernels, or on a runtime without the launch entry point
-        they use, LMCache still loads the plugin, on the baseline, and says what to
-        fix."""
+        """Without its native ops module (a wheel built without a compiler: it fails to
+        import, whatever its compiled module is called), LMCache still loads the
+        plugin, on the baseline, and the plugin reports the slow path with its mark
+        (names.SLOW_PATH_MARK). What it says to fix is the plugin's own wording (the
+        sample's is tested in its tests/test_sample_kernels.py)."""
         backend = kit_backend.current()
         code = textwrap.dedent(
             f"""
             import sys
-            PACKAGE = "{backend.package}"
-            TORCH_MODULE = "{backend.torch_module_name}"
-            {breakage}
+            sys.modules["{backend.package}.native_ops"] = None
             import lmcache
             from lmcache.v1.platform import resolve_device_ops
             ops = resolve_device_ops("{backend.device_type}")
@@ -155,8 +137,7 @@ class BaseNativeOpsTests(ConformanceTests):
         done = run_python(code)
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.split()[-2:] == ["False", "True"]
-        assert f"{backend.slow_path_mark} native ops not bound" in done.stderr
-        assert fix in done.stderr
+        assert backend.slow_path_mark in done.stderr, done.stderr[-3000:]
 
     def test_native_switch_keeps_the_baseline(self, native: Any) -> None:
         """The ops module's NATIVE_ENV_VAR=0 keeps LMCache's torch baseline (for

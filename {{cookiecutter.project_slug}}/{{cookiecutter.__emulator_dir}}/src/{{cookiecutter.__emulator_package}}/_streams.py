@@ -60,7 +60,8 @@ class DeviceContext:
 
     def __enter__(self) -> None:
         # As torch.cuda.device: no runtime call when the device is current already
-        # (so it binds no context on a thread that has none: thread_context rules).
+        # (so it binds no context on a thread that has none: the per-thread context
+        # rule, which the plugin's runtime.py meets).
         self._previous = int(_ext.current_device())
         if self._index != self._previous:
             _ext.set_device(self._index)

@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+{{ ("# " ~ cookiecutter._owner.vendor ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Your runtime's calls that LMCache's parts make through this plugin (LMCache-driven
+mode): a context bound per thread, a stream synchronized by its native handle, a
+host function launched on a stream. Each is a capability with its TODO(vendor) and
+a fallback where a runtime lacks it.
+
+Per-thread context (``bind_thread_context``). Why: some runtimes keep the current
+device context per thread (Ascend's ACL: ``aclrtHostRegister`` and IPC calls fail
+with 107002 on a thread that has not bound one), and LMCache calls this plugin from
+threads of its own: its lazy allocator pins host memory from a background thread, a
+worker's heartbeat thread re-exports KV caches after a server restart, and the
+server maps and unmaps them on its request threads. LMCache's NPU pin backend binds
+a context once per thread (``_ensure_context``); ``pin_memory.py`` and
+``ipc_wrapper.py`` call ``bind_thread_context`` before each of their runtime calls.
+The CPU emulator requires it by default (``..._THREAD_CONTEXTS=0``: one context for
+every thread, as CUDA's primary context).
+
+A publish after a stream's work (``host_function_launcher``, ``after_stream_work``).
+Why: the LMCache server publishes a store's completion, releases read locks and
+records observability events only after the device copies queued before them have
+run (``record_completion_on_stream``, ``record_event_on_stream``,
+``cupy_stream.launch_host_func``). No Python may run on a stream: a runtime's
+host-function launch takes a C function pointer (``cudaLaunchHostFunc``), and a
+callback that took the GIL could deadlock against a thread holding it while it
+waits on the same stream (a runtime's bindings need not release it). So:
+
+* with a host-function launch (the capability below) and the native ops, the
+  completion and event recorders publish from C++ host functions, as LMCache's
+  CUDA recorder does (``_recorders.cpp``, bound by ``native_ops.py``);
+* everything else here (Python callables; recorders without native ops or
+  host functions) synchronizes the stream, then publishes on the caller's
+  thread, as LMCache's NPU and MUSA backends do (torch_npu and torch_musa have
+  no host functions).
+
+Imports only ``names``; ``pin_memory``, ``ipc_wrapper``, ``device_ops``,
+``native_ops`` and ``cache_context`` import it.
+"""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from collections.abc import Callable
+import threading
+
+# Third Party
+import torch
+
+# Local
+from .names import TORCH_MODULE_NAME
+
+#: Per thread: the devices whose context this thread has bound.
+_bound = threading.local()
+
+
+def bind_thread_context(device: int | None = None) -> None:
+    """Make the runtime's context for ``device`` (None: the thread's current device)
+    current on the calling thread; once per thread and device.
+
+    TODO(vendor): bind your runtime's context. Setting the device does it on
+    Ascend (``torch.npu.set_device`` calls ``aclrtSetDevice``) and on the
+    emulator; CUDA's runtime binds its primary context itself (a no-op there).
+    """
+    runtime = getattr(torch, TORCH_MODULE_NAME)
+    index = runtime.current_device() if device is None else int(device)
+    devices = _bound.__dict__.setdefault("devices", set())
+    if index not in devices:
+        runtime.set_device(index)
+        devices.add(index)
+
+
+def host_function_launcher() -> int | None:
+    """The address of the runtime's host-function launch, or None without one (the
+    capability): ``int launch(int64_t stream, void (*fn)(void*), void* data)``.
+
+    TODO(vendor): your runtime's ``cudaLaunchHostFunc`` (Ascend:
+    ``aclrtLaunchCallback``), wrapped to that signature, or None.
+    """
+    launcher = getattr(getattr(torch, TORCH_MODULE_NAME), "host_func_launcher", None)
+    return None if launcher is None else int(launcher())
+
+
+def after_stream_work(stream_handle: int, publish: Callable[[], object]) -> None:
+    """Run ``publish()`` on this thread once the work queued so far on the stream
+    ``stream_handle`` (its native handle) has run: synchronize, then publish."""
+    runtime = getattr(torch, TORCH_MODULE_NAME)
+    # TODO(vendor): your runtime's synchronization of a stream by its native handle
+    # (aclrtSynchronizeStream, musaStreamSynchronize).
+    synchronize = getattr(runtime, "synchronize_stream_handle", None)
+    if synchronize is None:
+        raise NotImplementedError(
+            f"torch.{TORCH_MODULE_NAME} has no synchronize_stream_handle: give "
+            "runtime.py your runtime's stream synchronization by handle (its "
+            "TODO(vendor))"
+        )
+    synchronize(stream_handle)
+    publish()
