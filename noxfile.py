@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tasks.checks import context  # noqa: E402
 from tasks.envs import ReleaseEnv  # noqa: E402
-from tasks.kit import kit_test_requirements  # noqa: E402
+from tasks.kit_source import kit_test_requirements  # noqa: E402
 from tasks.matrix import check_combination  # noqa: E402
 from tasks.progress import timed  # noqa: E402
 from tasks.project import install_render, render  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 from hooks.manifest import PACKAGE, PARTS, kept
-from tasks.kit_source import compatible_range, plugin_wheel_problems, read_wheel
+from tasks.kit_source import KIT_DISTRIBUTION, compatible_range, kit_version, plugin_wheel_problems, read_wheel
 
 #: Template syntax that must not survive rendering.
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
@@ -106,7 +106,6 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
     untested = [v for v in ctx["_lmcache_tested"] if not requirement.specifier.contains(v)]
     if untested:
         problems.append(f"{requirement} excludes tested releases {untested}")
-    from tasks.kit import KIT_DISTRIBUTION, kit_version  # here: tasks.kit imports this module
 
     kit = [r for r in declared if r.name == KIT_DISTRIBUTION and r.marker is None]
     wanted = f"{KIT_DISTRIBUTION}{compatible_range(kit_version())}"

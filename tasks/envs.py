@@ -21,8 +21,7 @@ from pathlib import Path
 
 import nox
 
-from tasks.kit import kit_test_requirements
-from tasks.kit_source import environment_steps
+from tasks.kit_source import environment_steps, kit_test_requirements
 from tasks.variants import ROOT
 
 #: The torch installed before anything else (lmcache depends on an unpinned torch, which

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The kit (``kit/``, the distribution ``lmcache-device-kit``): its version and its checks.
+"""The kit (``kit/``, the distribution ``lmcache-device-kit``): the checks of its source and its wheel.
 
 Why: a rendered project's tests take their harness from the kit at the version the
 project pins; the template's sessions build the kit from this repository with a PEP 517
@@ -13,23 +13,9 @@ import tomllib
 from pathlib import Path
 
 from tasks.checks import MAX_LINES, import_circles, package_imports
-from tasks.kit_source import read_wheel
-from tasks.variants import ROOT
+from tasks.kit_source import KIT, KIT_DISTRIBUTION, kit_version, read_wheel
 
-KIT = ROOT / "kit"
 KIT_PACKAGE = "lmcache_device_kit"
-KIT_DISTRIBUTION = "lmcache-device-kit"
-
-
-def kit_version(root: Path = KIT) -> str:
-    """The kit's version: the one its pyproject.toml declares, which a render pins."""
-    return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
-
-
-def kit_test_requirements(root: Path = KIT) -> list[str]:
-    """The kit's test extra (pytest, pytest-xdist): what every suite here runs under, pinned once there (a
-    render takes it as ``lmcache-device-kit[test]``)."""
-    return list(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"])
 
 
 def kit_structure_problems(root: Path = KIT) -> list[str]:

@@ -5,22 +5,37 @@ Why: a check a vendor's project runs (``python -m lmcache_device_kit.wheel_check
 defined once, in the kit; the template's sessions and tests call the same function on every render's wheel
 without installing the kit first. So is the order a test environment is installed in, with the lmcache command
 line's undeclared dependencies per release (``python -m lmcache_device_kit.install``, which the rendered
-noxfile's sessions follow). Only modules that import the standard library and ``packaging`` are taken from here.
+noxfile's sessions follow), and the kit's version and test extra, read from its pyproject.toml. Only modules that import the standard library and ``packaging`` are taken from here.
 """
 
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
-KIT_SOURCE = Path(__file__).resolve().parent.parent / "kit" / "src"
+KIT = Path(__file__).resolve().parent.parent / "kit"
+KIT_SOURCE = KIT / "src"
+KIT_DISTRIBUTION = "lmcache-device-kit"
 if str(KIT_SOURCE) not in sys.path:
     sys.path.insert(0, str(KIT_SOURCE))
 
 from lmcache_device_kit.install import CLI_EXTRAS, environment_steps, plugin_steps  # noqa: E402
 from lmcache_device_kit.wheel_check import compatible_range, plugin_wheel_problems, read_wheel  # noqa: E402
 
+
+def kit_version(root: Path = KIT) -> str:
+    """The kit's version: the one its pyproject.toml declares, which a render pins."""
+    return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+
+
+def kit_test_requirements(root: Path = KIT) -> list[str]:
+    """The kit's test extra (pytest, pytest-xdist): what every suite here runs under, pinned once there (a
+    render takes it as ``lmcache-device-kit[test]``)."""
+    return list(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"])
+
+
 __all__ = [
-    "CLI_EXTRAS", "KIT_SOURCE", "compatible_range", "environment_steps", "plugin_steps", "plugin_wheel_problems",
-    "read_wheel",
+    "CLI_EXTRAS", "KIT", "KIT_DISTRIBUTION", "KIT_SOURCE", "compatible_range", "environment_steps",
+    "kit_test_requirements", "kit_version", "plugin_steps", "plugin_wheel_problems", "read_wheel",
 ]  # fmt: skip

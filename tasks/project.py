@@ -31,8 +31,8 @@ from tasks.checks import (
     wheel_problems,
 )
 from tasks.envs import ReleaseEnv
-from tasks.kit import KIT, kit_wheel_problems
-from tasks.kit_source import plugin_steps
+from tasks.kit import kit_wheel_problems
+from tasks.kit_source import KIT, plugin_steps
 from tasks.lmcache_style import check_contribution
 from tasks.variants import NEWEST, PRERELEASES, ROOT, answers
 

@@ -23,7 +23,8 @@ import nox
 
 from tasks.checks import context
 from tasks.envs import TORCH, ReleaseEnv
-from tasks.kit import KIT, kit_structure_problems
+from tasks.kit import kit_structure_problems
+from tasks.kit_source import KIT
 from tasks.progress import timed
 from tasks.project import (
     build_emulator,

@@ -29,7 +29,7 @@ from tasks.checks import (
     wheel_problems,
 )
 from hooks.manifest import KIT_COMPAT
-from tasks.kit import kit_version
+from tasks.kit_source import kit_version
 from tasks.variants import OPTIONS, combination, combination_id, matrix
 
 EXPECTED_FILES = {
