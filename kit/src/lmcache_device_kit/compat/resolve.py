@@ -4,7 +4,9 @@
 Why a module of its own: the package's ``__getattr__``, the KV layouts, the wire
 registration and the ops' helpers all resolve LMCache's names through ``lazy``, and
 a plugin's binding module the rest through ``lookup``; kept apart from ``__init__``
-(which imports LMCache first), they import it without an import circle.
+(which imports LMCache first), they import it without an import circle. The test
+harness resolves its own table (``harness/surface.py``) with the same ``resolve``,
+imported when it first wants a name (after ``import lmcache``, as here).
 
 Must not import anything from LMCache at top level: LMCache imports the shims while
 it builds its device registry, inside ``import lmcache``, and a name resolved then
@@ -38,8 +40,12 @@ def installed_lmcache_version() -> str:
     return metadata.version("lmcache").split("+", 1)[0]
 
 
-def resolve(candidates: tuple[Location, ...]) -> Any:
-    """The value at the first of ``candidates`` that exists (``None``: the module)."""
+def resolve(
+    candidates: tuple[Location, ...],
+    declared_in: str = f"NAMES in {__package__}.surface",
+) -> Any:
+    """The value at the first of ``candidates`` that exists (``None``: the module);
+    if none does, an error that says to add its new location to ``declared_in``."""
     for module_name, attribute, _, _ in candidates:
         try:
             found = importlib.util.find_spec(module_name) is not None
@@ -55,8 +61,7 @@ def resolve(candidates: tuple[Location, ...]) -> Any:
     tried = ", ".join(f"{m}:{a}" if a else m for m, a, _, _ in candidates)
     raise ImportError(
         f"None of {tried} exists in lmcache {installed_lmcache_version()}: add "
-        f"where this release keeps it to NAMES in {__package__}.surface "
-        "(doctor --api names it)."
+        f"where this release keeps it to {declared_in} (doctor --api names it)."
     )
 
 

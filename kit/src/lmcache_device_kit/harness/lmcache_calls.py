@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 import functools
-import importlib
-import importlib.util
 import inspect
 
 # First Party
@@ -36,24 +34,11 @@ SURFACE = "lmcache_device_kit/harness/surface.py"
 def lazy(name: str) -> Any:
     """The LMCache value ``HARNESS_NAMES[name]`` declares: at the first of its
     locations that exists in the installed release (``None``: the module)."""
-    candidates = HARNESS_NAMES[name]
-    for module_name, attribute, _, _ in candidates:
-        try:
-            found = importlib.util.find_spec(module_name) is not None
-        except ModuleNotFoundError:  # a parent is a plain module, not a package
-            found = False
-        if not found:
-            continue
-        module = importlib.import_module(module_name)
-        if attribute is None:
-            return module
-        if hasattr(module, attribute):
-            return getattr(module, attribute)
-    tried = ", ".join(f"{m}:{a}" if a else m for m, a, _, _ in candidates)
-    raise ImportError(
-        f"None of {tried} exists in the installed lmcache: add where it now lives "
-        f"to HARNESS_NAMES[{name!r}] in {SURFACE} (doctor --api names what moved)"
-    )
+    # First Party
+    # (here, not at the top: ``compat`` imports lmcache, as resolving a name does)
+    from lmcache_device_kit.compat.resolve import resolve
+
+    return resolve(HARNESS_NAMES[name], f"HARNESS_NAMES[{name!r}] in {SURFACE}")
 
 
 @functools.cache
