@@ -19,12 +19,19 @@ from tasks.kit_source import KIT_DISTRIBUTION, compatible_range, kit_version, pl
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
 #: GitHub Actions expressions (``${{ matrix.x }}``) are meant to survive rendering.
 GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.-]+ \}\}")
-#: A wheel render's style checks, LMCache's style with the render's own settings, run inside the render.
-WHEEL_STYLE_CHECKS = (
-    ("ruff", "check", "--no-cache", "--no-respect-gitignore", "--output-format", "concise", "."),
-    ("ruff", "format", "--check", "--no-cache", "."),
-    ("isort", "--check-only", "--diff", "--settings-path", ".", "."),
-)
+#: Where a render's own sessions run as it ships them, with the tools already on PATH (no environment made,
+#: nothing installed): its lint and typecheck are defined once, in its noxfile, and the template runs those.
+RENDER_SESSION_OPTIONS = ("--no-venv", "--no-install", "--no-color")
+#: ... writing nothing into the render (ruff's cache; mypy's goes where MYPY_CACHE_DIR says).
+RENDER_SESSION_ENV = {"RUFF_NO_CACHE": "true"}
+
+
+def render_sessions(project: Path, *sessions: str, nox: str = "nox") -> list[str]:
+    """The command that runs a wheel render's own nox ``sessions`` (``lint``, ``typecheck``) as it ships them,
+    in the environment the command runs in (``RENDER_SESSION_OPTIONS``; its environment: ``RENDER_SESSION_ENV``)."""
+    return [nox, *RENDER_SESSION_OPTIONS, "--noxfile", str(project / "noxfile.py"), "--sessions", *sessions]
+
+
 #: The most lines a rendered file may have: a vendor reads each on one screen.
 MAX_LINES = 300
 #: The CPU emulator's package (its own distribution, ``__emulator_dir``): its Python and the C++ it compiles at load.

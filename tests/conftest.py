@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -46,3 +47,13 @@ def render_cli(tmp_path: Path) -> Callable[..., tuple[subprocess.CompletedProces
         return done, out
 
     return _render
+
+
+def run_render_sessions(project: Path, *sessions: str) -> subprocess.CompletedProcess[str]:
+    """A wheel render's own nox ``sessions`` as it ships them, with this environment's tools (ruff, isort, mypy)."""
+    from tasks.checks import RENDER_SESSION_ENV, render_sessions
+
+    tools = str(Path(sys.executable).parent)
+    env = {**os.environ, **RENDER_SESSION_ENV, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    command = render_sessions(project, *sessions, nox=str(Path(tools) / "nox"))
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import run_render_sessions
 
 from hooks.manifest import KIT_COMPAT
-from tasks.checks import EMULATOR_FILES, WHEEL_STYLE_CHECKS, files, leftover_syntax
+from tasks.checks import EMULATOR_FILES, files, leftover_syntax
 from tasks.lmcache_style import check_contribution
 from tasks.variants import NEWEST, ROOT
 
@@ -228,9 +229,8 @@ def test_odd_but_valid_names_render_clean_python_for_both_ownership_models(
         passed, report = check_contribution(project, NEWEST, ROOT / ".nox" / f"lmcache-style-{NEWEST}")
         assert passed, report[-3000:]
         return
-    for command in WHEEL_STYLE_CHECKS:
-        done = subprocess.run([sys.executable, "-m", *command], cwd=project, capture_output=True, text=True)
-        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    done = run_render_sessions(project, "lint")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
 
 @pytest.mark.parametrize("answers", ODD_NAMES[:2], ids=["24-characters", "underscores-digits-in-backend"])

@@ -9,20 +9,18 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tomllib
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TEMPLATE
+from conftest import TEMPLATE, run_render_sessions
 from cookiecutter.main import cookiecutter
 from packaging.requirements import Requirement
 
 from tasks.checks import (
     EMULATOR_FILES,
-    WHEEL_STYLE_CHECKS,
     files,
     leftover_syntax,
     structure_problems,
@@ -161,9 +159,21 @@ def test_every_wheel_render_is_lint_formatter_and_isort_clean_under_its_own_sett
     ships with, LMCache's style (Jinja whitespace control drops or doubles blank lines silently: only the formatter
     sees it)."""
     project = render(**answers)
-    for command in WHEEL_STYLE_CHECKS:
-        done = subprocess.run([sys.executable, "-m", *command], cwd=project, capture_output=True, text=True)
-        assert done.returncode == 0, f"{' '.join(command[:2])}:\n{done.stdout}{done.stderr}"
+    done = run_render_sessions(project, "lint")
+    assert done.returncode == 0, f"{done.stdout}{done.stderr}"[-3000:]
+
+
+def test_the_renders_own_lint_session_checks_its_files_wherever_the_project_sits(render: Callable[..., Path]) -> None:
+    """Rendered under a directory a repository ignores with ``*`` (as nox does its .nox/, where the template's
+    renders sit), the lint session still checks the project: ruff left alone finds no file there and passes."""
+    project = render()
+    subprocess.run(["git", "init", "--quiet", str(project.parent.parent)], check=True)
+    (project.parent / ".gitignore").write_text("*\n")
+    names = next(project.glob("src/*/names.py"))
+    names.write_text("import os\n" + names.read_text())  # unused, and out of isort's order
+    done = run_render_sessions(project, "lint")
+    assert done.returncode != 0, f"the lint session passed a planted unused import:\n{done.stdout}{done.stderr}"
+    assert "F401" in done.stdout + done.stderr, (done.stdout + done.stderr)[-3000:]
 
 
 #: Every combination of the options (tasks/variants.py), both ownership models.

@@ -110,8 +110,12 @@ def lint(session: nox.Session) -> None:
     """ruff check, ruff format and isort, with pyproject.toml's settings (LMCache's
     style)."""
     session.install("ruff", "isort>=6")
-    session.run("ruff", "check", str(ROOT))
-    session.run("ruff", "format", "--check", str(ROOT))
+    # Wherever the project sits: under a directory git ignores (a nox envdir, another
+    # checkout's ignored build area) ruff would find no file and pass. Its own default
+    # exclusions (.nox, build, dist, .venv, ...) still apply.
+    everywhere = ["--no-respect-gitignore", str(ROOT)]
+    session.run("ruff", "check", *everywhere)
+    session.run("ruff", "format", "--check", *everywhere)
     session.run("isort", "--check-only", "--diff", "--settings-path", str(ROOT), ".")
 
 
