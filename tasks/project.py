@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import filecmp
 import hashlib
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -23,9 +24,10 @@ import nox
 
 from hooks.post_gen_project import remove_empty_directories
 from tasks.checks import (
-    WHEEL_STYLE_CHECKS,
+    RENDER_SESSION_ENV,
     context,
     emulator_wheel_problems,
+    render_sessions,
     rendered_text_problems,
     structure_problems,
     wheel_problems,
@@ -52,48 +54,51 @@ def render(session: nox.Session, env: ReleaseEnv, out: Path, variant: dict[str, 
     return project
 
 
-def mypy_argv(env: ReleaseEnv, project: Path, cache: Path) -> list[str]:
-    """mypy on a wheel render's sources (its emulator's too), with the render's own settings."""
-    ctx = context(project)
-    sources = [project / "src", *[path for path in [project / ctx["__emulator_dir"] / "src"] if path.is_dir()]]
-    return [env.command("mypy"), "--config-file", str(project / "pyproject.toml"), "--cache-dir", str(cache),
-            *map(str, sources)]  # fmt: skip
+def own_sessions(env: ReleaseEnv, project: Path, cache: Path, *sessions: str) -> tuple[list[str], dict[str, str]]:
+    """The command that runs a wheel render's own ``sessions`` (``lint``, ``typecheck``) as it ships them, with
+    ``env``'s tools (nothing installed, no environment made), and what its environment adds: mypy's cache in
+    ``cache``, nothing written into the render."""
+    return render_sessions(project, *sessions, nox=env.command("nox")), {**RENDER_SESSION_ENV, "MYPY_CACHE_DIR": str(cache)}
 
 
 @contextmanager
 def typechecked_meanwhile(session: nox.Session, env: ReleaseEnv, project: Path, cache: Path) -> Iterator[None]:
-    """mypy on a wheel render while the block runs (the native build: a cold mypy takes 40 s, the build
-    as long, and neither needs the other); after the block, its failure fails the session with its output."""
+    """The render's own ``typecheck`` session (mypy with its settings) while the block runs (the native build: a
+    cold mypy takes 40 s, the build as long, and neither needs the other); after the block, its failure fails
+    the session with its output."""
     if context(project)["ownership"] != "wheel":
         yield
         return
     install_kit(session, env)  # the render imports the kit's shims: mypy reads this very kit
-    process = subprocess.Popen(mypy_argv(env, project, cache), cwd=project, stdout=subprocess.PIPE,
+    command, extra = own_sessions(env, project, cache, "typecheck")
+    tools = {"PATH": f"{env.bin}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(env.path)}
+    process = subprocess.Popen(command, cwd=project, env={**os.environ, **tools, **extra}, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         yield
     finally:
         output, _ = process.communicate()
     if process.returncode:
-        session.error(f"mypy failed on {project.name}:\n{output[-3000:]}")
-    session.log(f"mypy OK: {project.name}")
+        session.error(f"the typecheck session failed on {project.name}:\n{output[-3000:]}")
+    session.log(f"typecheck session OK: {project.name}")
 
 
 def check_statically(session: nox.Session, env: ReleaseEnv, project: Path, cache: Path, *, types: bool = True) -> None:
     """No leftover template syntax, Python compiles, TOML/JSON parse, no import circle, no file over a screen;
-    a wheel passes ruff, ruff format, isort and (unless ``types`` is off: ``typechecked_meanwhile``) mypy with
-    its own settings, an in-tree contribution LMCache's own pre-commit hooks (tasks/lmcache_style.py)."""
+    a wheel passes its own ``lint`` session (ruff, ruff format, isort) and (unless ``types`` is off:
+    ``typechecked_meanwhile``) its ``typecheck`` session; an in-tree contribution LMCache's own pre-commit hooks
+    (tasks/lmcache_style.py)."""
     problems = rendered_text_problems(project) + structure_problems(project)
     if problems:
         session.error("rendered project check failed:\n  " + "\n  ".join(problems))
     ctx = context(project)
     if ctx["ownership"] == "wheel":
-        with session.chdir(project):
-            for command in WHEEL_STYLE_CHECKS:
-                env.run(session, *command, silent=True)
+        sessions = ["lint"]
         if types:
             install_kit(session, env)  # the render imports the kit's shims: mypy reads this very kit
-            env.run(session, *mypy_argv(env, project, cache), silent=True)
+            sessions.append("typecheck")
+        command, extra = own_sessions(env, project, cache, *sessions)
+        env.run(session, *command, env=extra, silent=True)
     else:
         passed, report = check_contribution(project, NEWEST, ROOT / ".nox" / f"lmcache-style-{NEWEST}")
         session.log(f"LMCache {NEWEST}'s pre-commit hooks on the contribution:\n{report}")
