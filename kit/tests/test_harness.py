@@ -12,12 +12,14 @@ from __future__ import annotations
 # Standard
 from collections.abc import Callable
 from pathlib import Path
+import ast
 
 # Third Party
 import pytest
 
 # First Party
 from lmcache_device_kit import backend as kit_backend
+from lmcache_device_kit import harness
 from lmcache_device_kit.harness import lmcache_calls, servers, surface
 
 NAMES = """
@@ -86,3 +88,24 @@ def test_a_name_lmcache_moved_fails_saying_where_the_harness_declares_it(
     with pytest.raises(ImportError, match="HARNESS_NAMES\\['kit_test_moved'\\]") as e:
         lmcache_calls.lazy("kit_test_moved")
     assert lmcache_calls.SURFACE in str(e.value)
+
+
+def test_the_harness_takes_lmcache_names_only_through_the_table_doctor_checks() -> None:
+    """A name imported by its path bypasses ``HARNESS_NAMES``: when LMCache moves it,
+    ``doctor --api`` says where it went and adding that location to the table, as the
+    error says, would change nothing. Every harness module asks ``lmcache_calls.lazy``."""
+    direct = []
+    for path in sorted(Path(harness.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            direct += [
+                f"{path.name}:{node.lineno} {module}"
+                for module in modules
+                if module.startswith("lmcache.")  # not ``import lmcache``: it loads plugins
+            ]
+    assert not direct, f"import through lmcache_calls.lazy instead: {direct}"

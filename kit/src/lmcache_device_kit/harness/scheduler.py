@@ -34,15 +34,9 @@ class Scheduler:
         # Third Party
         import zmq
 
-        # First Party
-        from lmcache.integration.vllm.vllm_multi_process_adapter import (
-            LMCacheMPSchedulerAdapter,
-            ParallelStrategy,
-        )
-
         self.packed_tokens = lmcache_calls.packed_tokens
 
-        strategy = ParallelStrategy(
+        strategy = lmcache_calls.lazy("ParallelStrategy")(
             mla_only=mla,
             vllm_world_size=world_size,
             vllm_worker_id=0,
@@ -50,7 +44,7 @@ class Scheduler:
             pp_size=1,
             n_servers=1,
         )
-        self.adapter = LMCacheMPSchedulerAdapter(
+        self.adapter = lmcache_calls.lazy("LMCacheMPSchedulerAdapter")(
             [server_url],
             zmq.Context.instance(),
             model,

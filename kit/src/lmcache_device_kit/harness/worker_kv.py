@@ -193,13 +193,7 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
     # Third Party
     import zmq
 
-    # First Party
-    from lmcache.integration.vllm.vllm_multi_process_adapter import (
-        LMCacheMPWorkerAdapter,
-        ParallelStrategy,
-    )
-
-    strategy = ParallelStrategy(
+    strategy = lmcache_calls.lazy("ParallelStrategy")(
         mla_only=args.layout == "mla",
         vllm_world_size=args.world_size,
         vllm_worker_id=args.rank,
@@ -207,7 +201,7 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
         pp_size=1,
         n_servers=1,
     )
-    adapter = LMCacheMPWorkerAdapter(
+    adapter = lmcache_calls.lazy("LMCacheMPWorkerAdapter")(
         args.url,
         zmq.Context.instance(),
         args.model,
@@ -222,12 +216,9 @@ def make_adapter(args: argparse.Namespace, kv: dict[str, torch.Tensor]) -> Any:
     infos = []
     # a hybrid model: one engine group (block-id space) per window
     if len(args.sw_windows) > 1:
-        # First Party
-        from lmcache.v1.multiprocess.group_view import EngineGroupInfo
-
         layers = engine_groups(args.layers, args.sw_windows)
         infos = [
-            EngineGroupInfo(
+            lmcache_calls.lazy("EngineGroupInfo")(
                 group,
                 tuple(layers[group]),
                 tokens_per_block=BLOCK_SIZE,
