@@ -21,10 +21,15 @@ from bench_plan import BLOCK, CHUNK, HEAD_SIZE, HEADS, LAYERS, OP_CHUNKS, SETTLE
 
 def measure(reps: int, package: str, device: str) -> dict:
     import torch
-    from lmcache.v1.multiprocess.transfer_context.base import gather_paged_kv_to_cpu, scatter_cpu_to_paged_kv
-    from lmcache.v1.platform import resolve_device_ops
 
     import lmcache  # noqa: F401 - selects the backend from the environment
+    from lmcache_device_kit.compat import lazy
+    from lmcache_device_kit.harness.lmcache_calls import lazy as harness_lazy
+
+    # LMCache's names through the kit's tables (what doctor --api checks), never by their path
+    gather_paged_kv_to_cpu = harness_lazy("gather_paged_kv_to_cpu")
+    scatter_cpu_to_paged_kv = harness_lazy("scatter_cpu_to_paged_kv")
+    resolve_device_ops = lazy("resolve_device_ops")
 
     torch.set_num_threads(1)
     per_chunk = CHUNK // BLOCK
