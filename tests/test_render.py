@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from conftest import TEMPLATE
 from cookiecutter.main import cookiecutter
-from packaging.requirements import Requirement
 
 from tasks.checks import (
     EMULATOR_FILES,
