@@ -16,12 +16,16 @@ from pathlib import Path
 
 KIT = Path(__file__).resolve().parent.parent / "kit"
 KIT_SOURCE = KIT / "src"
-KIT_DISTRIBUTION = "lmcache-device-kit"
 if str(KIT_SOURCE) not in sys.path:
     sys.path.insert(0, str(KIT_SOURCE))
 
 from lmcache_device_kit.install import CLI_EXTRAS, environment_steps, plugin_steps  # noqa: E402
-from lmcache_device_kit.wheel_check import compatible_range, plugin_wheel_problems, read_wheel  # noqa: E402
+from lmcache_device_kit.wheel_check import (  # noqa: E402
+    KIT as KIT_DISTRIBUTION,
+    compatible_range,
+    plugin_wheel_problems,
+    read_wheel,
+)
 
 
 def kit_version(root: Path = KIT) -> str:

@@ -38,18 +38,6 @@ IN_TREE_OWN_TESTS = {
 KIT_CONFORMANCE = ROOT / "kit" / "src" / "lmcache_device_kit" / "conformance"
 
 
-def suite_functions(tests_dir: Path) -> dict[str, set[str]]:
-    """``{test file: {test function names}}`` of a rendered suite; for test_conformance.py, its classes as
-    ``Test<Name>(module.Base<Name>Tests)``."""
-    found = {}
-    for path in sorted(tests_dir.glob("test_*.py")):
-        tree = ast.parse(path.read_text())
-        found[path.name] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
-        found[path.name] |= {f"{n.name}({ast.unparse(n.bases[0])})" for n in tree.body
-                             if isinstance(n, ast.ClassDef) and n.name.startswith("Test") and n.bases}  # fmt: skip
-    return found
-
-
 def kit_requires() -> dict[str, set[str]]:
     """``{module.Base...Tests: its requires}`` of the kit's conformance classes, read from its sources."""
     found = {}

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from conftest import TEMPLATE, run_render_sessions
 from cookiecutter.main import cookiecutter
-from packaging.requirements import Requirement
 
 from tasks.checks import (
     EMULATOR_FILES,

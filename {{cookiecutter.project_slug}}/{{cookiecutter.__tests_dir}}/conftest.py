@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}{% if cookiecutter.emulator == 'yes' -%}
+# {{ cookiecutter._owner.template }}
+{% if cookiecutter.emulator == 'yes' -%}
 """Conformance-test setup: opt this process into the emulator and select the backend.
 
 LMCache reads these variables once, at ``import lmcache``, and torch loads the

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""LMCache's conformance tests, run against this backend: the kit's classes, subclassed.
+# {{ cookiecutter._owner.template }}
+"""LMCache's conformance tests, run against this backend: the kit's classes, subclassed.
 
 Each ``Base...Tests`` class of ``lmcache_device_kit.conformance`` holds one part of
 what LMCache needs from a device backend; pytest runs a subclass's tests against the

@@ -282,7 +282,7 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
                 for module, _, _, last in locations
             },
             **{
-                f"CLASSES member {base}.{member}": last
+                f"declared.py member {base}.{member}": last
                 for _, _, base, members in classes.values()
                 for member, _, last in members
             },

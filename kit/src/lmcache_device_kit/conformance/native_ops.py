@@ -7,7 +7,7 @@ skipped with the reason. When it ships, the ops must really be bound (a build th
 silently fell back to the baseline fails here). Their transfers are
 ``native_transfers.py``.
 
-Imports no torch and no lmcache: the plugin and LMCache only inside tests.
+Imports torch, through ``support.py``; LMCache and the plugin only inside tests.
 """
 
 # Future
