@@ -34,7 +34,7 @@ from tasks.checks import (
 )
 from tasks.envs import ReleaseEnv
 from tasks.kit import kit_wheel_problems
-from tasks.kit_source import KIT, plugin_steps
+from tasks.kit_source import KIT, KIT_DISTRIBUTION, plugin_steps
 from tasks.lmcache_style import check_contribution
 from tasks.variants import NEWEST, PRERELEASES, ROOT, answers
 
@@ -216,11 +216,21 @@ def build_kit(session: nox.Session, env: ReleaseEnv) -> Path:
     return built_and_checked(session, env, KIT, env.path / "build-tree-kit", env.path / "dist-kit", kit_wheel_problems)
 
 
-def install_kit(session: nox.Session, env: ReleaseEnv) -> None:
-    """Build (or reuse), check and install the kit into ``env`` (the suite's harness, without a wheel's test extra)."""
+def install_kit(session: nox.Session, env: ReleaseEnv) -> Path:
+    """Build (or reuse), check and install the kit into ``env`` (the suite's harness, without a wheel's test extra),
+    unless this very wheel is installed there already (a render's typecheck needs it before its wheel is
+    installed, and a variant's install after); the wheel."""
     wheel = build_kit(session, env)
+    marker = env.path / "kit-installed"  # the installed wheel's name and digest
+    stamp = f"{wheel.name} {hashlib.sha256(wheel.read_bytes()).hexdigest()}"
+    installed = any(env.path.glob(f"lib/python*/site-packages/{KIT_DISTRIBUTION.replace('-', '_')}-*.dist-info"))
+    if installed and marker.is_file() and marker.read_text() == stamp:
+        return wheel
+    marker.unlink(missing_ok=True)
     env.pip(session, "install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
+    marker.write_text(stamp)
     session.log(f"kit installed: {wheel.name}")
+    return wheel
 
 
 def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path, project: Path, emulator: Path | None = None) -> None:
@@ -233,11 +243,10 @@ def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path, project: P
     extra is resolved (the kit's ``past_pin``, as the rendered canary does); ``pip check`` would report exactly
     that requirement and is not run.
     """
-    kit = build_kit(session, env)
-    forced = ["--force-reinstall", "--no-deps", str(kit)]
+    kit = install_kit(session, env)  # the kit's first step, unless this very kit is in already
     emulated = str(emulator) if emulator else None
     past_pin = env.release in PRERELEASES
-    for what, arguments in plugin_steps(project, str(wheel), forced, emulated, past_pin):
+    for what, arguments in plugin_steps(project, str(wheel), (), emulated, past_pin):
         if "--no-deps" in arguments:
             env.pip(session, "install", "--quiet", *arguments)
         else:
