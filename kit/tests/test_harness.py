@@ -93,7 +93,8 @@ def test_a_name_lmcache_moved_fails_saying_where_the_harness_declares_it(
 def test_the_harness_takes_lmcache_names_only_through_the_table_doctor_checks() -> None:
     """A name imported by its path bypasses ``HARNESS_NAMES``: when LMCache moves it,
     ``doctor --api`` says where it went and adding that location to the table, as the
-    error says, would change nothing. Every harness module asks ``lmcache_calls.lazy``."""
+    error says, would change nothing. Every harness module asks
+    ``lmcache_calls.lazy`` (``import lmcache`` itself, which loads plugins, aside)."""
     direct = []
     for path in sorted(Path(harness.__file__).parent.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -106,6 +107,6 @@ def test_the_harness_takes_lmcache_names_only_through_the_table_doctor_checks() 
             direct += [
                 f"{path.name}:{node.lineno} {module}"
                 for module in modules
-                if module.startswith("lmcache.")  # not ``import lmcache``: it loads plugins
+                if module.startswith("lmcache.")
             ]
     assert not direct, f"import through lmcache_calls.lazy instead: {direct}"
