@@ -22,8 +22,9 @@ GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.-]+ \}\}")
 #: Where a render's own sessions run as it ships them, with the tools already on PATH (no environment made,
 #: nothing installed): its lint and typecheck are defined once, in its noxfile, and the template runs those.
 RENDER_SESSION_OPTIONS = ("--no-venv", "--no-install", "--no-color")
-#: ... writing nothing into the render (ruff's cache; mypy's goes where MYPY_CACHE_DIR says).
-RENDER_SESSION_ENV = {"RUFF_NO_CACHE": "true"}
+#: ... writing nothing into the render (no ruff cache, no bytecode of its noxfile; mypy's cache goes where
+#: MYPY_CACHE_DIR says).
+RENDER_SESSION_ENV = {"RUFF_NO_CACHE": "true", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def render_sessions(project: Path, *sessions: str, nox: str = "nox") -> list[str]:

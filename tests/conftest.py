@@ -54,6 +54,7 @@ def run_render_sessions(project: Path, *sessions: str) -> subprocess.CompletedPr
     from tasks.checks import RENDER_SESSION_ENV, render_sessions
 
     tools = str(Path(sys.executable).parent)
-    env = {**os.environ, **RENDER_SESSION_ENV, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # the main job's too
+    env = {**inherited, **RENDER_SESSION_ENV, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
     command = render_sessions(project, *sessions, nox=str(Path(tools) / "nox"))
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)

@@ -158,8 +158,10 @@ def test_every_wheel_render_is_lint_formatter_and_isort_clean_under_its_own_sett
     ships with, LMCache's style (Jinja whitespace control drops or doubles blank lines silently: only the formatter
     sees it)."""
     project = render(**answers)
+    rendered = files(project)
     done = run_render_sessions(project, "lint")
     assert done.returncode == 0, f"{done.stdout}{done.stderr}"[-3000:]
+    assert files(project) == rendered, "the lint session wrote into the render (a cache, bytecode)"
 
 
 def test_the_renders_own_lint_session_checks_its_files_wherever_the_project_sits(render: Callable[..., Path]) -> None:
