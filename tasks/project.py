@@ -16,6 +16,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,7 @@ from tasks.envs import ReleaseEnv
 from tasks.kit import kit_wheel_problems
 from tasks.kit_source import KIT, KIT_DISTRIBUTION, plugin_steps
 from tasks.lmcache_style import check_contribution
+from tasks.readme import bash, runs
 from tasks.variants import NEWEST, PRERELEASES, ROOT, answers
 
 #: Wheels by what they are built from (sources, torch, Python): ``<key>/<wheel>``.
@@ -138,19 +140,24 @@ def build_wheel(session: nox.Session, env: ReleaseEnv, project: Path) -> Path:
     # One persistent tree per kind of build, so building a pure-Python variant in between does not
     # delete the native sources and force the next native build to compile everything again.
     tree = env.path / ("build-tree-native" if context(project)["native_ops"] == "yes" else "build-tree")
-    wheel = built_and_checked(session, env, project, tree, env.path / "dist", lambda w: wheel_problems(w, project))
+    readme = runs((project / "README.md").read_text())["build"].text  # as a vendor builds it
+    wheel = built_and_checked(session, env, project, tree, env.path / "dist", lambda w: wheel_problems(w, project),
+                              commands=readme)  # fmt: skip
     session.log(f"wheel OK: {wheel.name}")
     return wheel
 
 
 def built_and_checked(
-    session: nox.Session, env: ReleaseEnv, source: Path, tree: Path, dist: Path, problems: Callable[[Path], list[str]]
-) -> Path:
+    session: nox.Session, env: ReleaseEnv, source: Path, tree: Path, dist: Path, problems: Callable[[Path], list[str]],
+    commands: str | None = None,
+) -> Path:  # fmt: skip
     """The wheel of ``source``, in an emptied ``dist``; ``problems`` stop the session.
 
     Built through ``tree`` (``sync_tree``) with a PEP 517 frontend, without isolation
     (native ops compile against this environment's torch, and nothing is downloaded),
     unless a wheel of the same sources, torch and Python was built before (``WHEELS``).
+    ``commands``: the shell commands that build it into ``tree``'s ``dist/`` (the README's
+    build block, run as written in ``tree``, a copy of the render).
     """
     shutil.rmtree(dist, ignore_errors=True)
     dist.mkdir(parents=True)
@@ -161,8 +168,16 @@ def built_and_checked(
         session.log(f"{wheel.name}: built earlier from the same sources, torch and Python ({built.name})")
     else:
         sync_tree(source, tree)
-        env.run(session, "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(tree),
-                silent=True)  # fmt: skip
+        if commands is None:
+            env.run(session, "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(tree),
+                    silent=True)  # fmt: skip
+        else:
+            begun = time.monotonic()
+            with session.chdir(tree):
+                env.run(session, bash(), "-euo", "pipefail", "-c", commands, silent=True)
+            (built_here,) = (tree / "dist").glob("*.whl")
+            shutil.copy2(built_here, dist)
+            session.log(f"README build block: ran as written in {tree} in {time.monotonic() - begun:.0f} s")
         (wheel,) = dist.glob("*.whl")
         partial = built.with_name(built.name + ".partial")  # kept whole or not at all
         shutil.rmtree(partial, ignore_errors=True)

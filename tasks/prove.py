@@ -37,6 +37,7 @@ from tasks.project import (
     render,
     typechecked_meanwhile,
 )
+from tasks.readme import run_install_and_server, summary, tests_command
 from tasks.suite import Outcome, count, run_canary, run_contract, run_in_tree_suites, run_suite
 from tasks.variants import (
     EMULATOR_RUNTIMES,
@@ -112,6 +113,10 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
             return run_in_tree_suites(session, env, project, work, env_vars, device_present=emulator)
     assert wheel is not None
     install_wheel(session, env, wheel, project, build_emulator(session, env, project) if emulator else None)
+    readme_ran: dict[str, float] = {}  # the README's blocks run as written, on the newest release (its prose's)
+    kit = install_kit(session, env)  # installed already: the wheel the README's install block names
+    if env.release == NEWEST:
+        run_install_and_server(session, env, project, wheel, kit, work, env_vars, readme_ran)
     package = ctx["__package"]
     installed = (f"import {package}, sysconfig; p = {package}.__file__; "
                  "assert p.startswith(sysconfig.get_paths()['purelib']), p; print('plugin under test:', p)")  # fmt: skip
@@ -127,7 +132,12 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
         outcome = run_canary(session, env, project, work, env_vars, contract if name == REPRESENTATIVE else ())
         outcome.also_seconds = time.monotonic() - begun - outcome.seconds  # doctor --api, LMCache's own tests
         return outcome
-    outcome = run_suite(session, env, [tests], work, env_vars, device_present=emulator)
+    command = tests_command(project, kit, env) if env.release == NEWEST else None
+    begun = time.monotonic()
+    outcome = run_suite(session, env, [tests], work, env_vars, device_present=emulator, command=command)
+    if command:
+        readme_ran["tests"] = time.monotonic() - begun
+        session.log(summary((project / "README.md").read_text(), readme_ran))
     if name == REPRESENTATIVE:
         begun = time.monotonic()
         outcome.also = run_contract(session, env, project, work, env_vars, contract)

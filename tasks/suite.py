@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ import nox
 
 from tasks.checks import context
 from tasks.envs import ReleaseEnv
+from tasks.readme import bash
 
 #: For suites run without the rendered pyproject's settings (in-tree, server-free subsets): in
 #: parallel, tests of one shared server on one xdist worker, the slowest listed.
@@ -65,9 +67,12 @@ class Outcome:
 def run_suite(
     session: nox.Session, env: ReleaseEnv, tests: list[Path], work: Path, env_vars: dict[str, str | None],
     *, device_present: bool, own_settings: bool = True, serial: bool = False, server_free: bool = False,
-    extra: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (), command: str | None = None,
 ) -> Outcome:  # fmt: skip
     """Run the suite from an empty directory (nothing may resolve to the source tree) and count it.
+
+    ``command``: the README's test block, run as written (it changes to a directory of its own) instead of
+    pytest on ``tests``, its options (the report, ``extra``) given through ``PYTEST_ADDOPTS``.
 
     ``own_settings``: the suite's own pytest settings apply (a wheel's pyproject);
     otherwise PYTEST_ARGS are passed. ``serial``: one process (a few device-free
@@ -80,9 +85,14 @@ def run_suite(
     junit = work / "junit.xml"
     extra += (() if own_settings else PYTEST_ARGS) + (("-n", "0") if serial else ())
     extra += ("-m", "not servers") if server_free else ()
+    options = ("-p", "no:cacheprovider", "-ra", f"--junitxml={junit}", *extra)
     with session.chdir(run_dir):
-        env.run_logged(session, work / "suite.log", "python", "-m", "pytest", "-p", "no:cacheprovider", "-ra",
-                       f"--junitxml={junit}", *extra, *map(str, tests), env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
+        if command:
+            env.run_logged(session, work / "suite.log", bash(), "-euo", "pipefail", "-c", command,
+                           env={"OMP_NUM_THREADS": "1", "PYTEST_ADDOPTS": shlex.join(options), **env_vars})  # fmt: skip
+        else:
+            env.run_logged(session, work / "suite.log", "python", "-m", "pytest", *options, *map(str, tests),
+                           env={"OMP_NUM_THREADS": "1", **env_vars})  # fmt: skip
     outcome = count(session, junit, device_present=device_present)
     session.log(f"suite time per test file:\n{per_file(junit)}")
     return outcome

@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The rendered README's instructions: every shell block run by the release sessions or marked, and true as written.
+
+The release sessions run the ``runs:`` blocks as written (tasks/readme.py); these tests, which install nothing,
+hold every combination's README to the markers, and to the facts a block states that a run on one variant
+cannot see for the others (the transfer mode a default worker asks for, the wheel's file name).
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tasks.readme import RUNS, block_problems, blocks, runs
+from tasks.variants import matrix
+
+WHEEL_COMBINATIONS = [combo for combo in matrix() if combo[0] == "wheel"]
+
+
+@pytest.mark.parametrize("combo", WHEEL_COMBINATIONS, ids="-".join)
+def test_every_readme_shell_block_is_run_as_written_or_marked_as_an_example_that_says_why(
+    render: Callable[..., Path], combo: tuple[str, ...]
+) -> None:
+    """Build, install and the suite run everywhere; the server by hand and a default worker through it run where
+    there is a device (the emulator), and are marked as needing one where there is none."""
+    _, lmcache_driven, native_ops, emulator = combo
+    readme = (render(lmcache_driven=lmcache_driven, native_ops=native_ops, emulator=emulator) / "README.md").read_text()
+    assert block_problems(readme) == []
+    expected = set(RUNS) if emulator == "yes" else set(RUNS) - {"server", "worker"}
+    assert set(runs(readme)) == expected
+    examples = {block.what for block in blocks(readme) if block.kind == "example"}
+    assert emulator == "yes" or "needs a foo device (this project has no emulator)" in examples
+    print("\n".join(f"line {b.line}: {b.kind} {b.what}" for b in blocks(readme)))
+
+
+@pytest.mark.parametrize("lmcache_driven", ["no", "opt_in", "default"])
+def test_the_readme_server_accepts_the_transfer_mode_a_default_worker_of_the_render_asks_for(
+    render: Callable[..., Path], lmcache_driven: str
+) -> None:
+    """A worker asks for ``auto``, which is LMCache-driven only where the render makes it the default: there the
+    server selects the plugin and accepts LMCache-driven workers, elsewhere it accepts engine-driven ones (an
+    ``lmcache server`` accepts only LMCache-driven workers unless asked); the worker block's doctor asks for the
+    default (no ``--mode``) on the server's port."""
+    readme = (render(lmcache_driven=lmcache_driven) / "README.md").read_text()
+    server, worker = (shlex.split(runs(readme)[name].text, comments=True) for name in ("server", "worker"))
+    mode = server[server.index("--supported-transfer-mode") + 1]
+    assert mode == ("lmcache_driven" if lmcache_driven == "default" else "engine_driven"), server
+    assert ("LMCACHE_DEVICE_BACKEND=foo" in server[: server.index("lmcache")]) == (lmcache_driven == "default")
+    doctor = worker[worker.index("lmcache-foo-doctor") :]
+    assert "--mode" not in doctor and doctor[doctor.index("--server") + 1].endswith(f":{server[server.index('--port') + 1]}")
+
+
+@pytest.mark.parametrize(("native_ops", "wheel"), [
+    ("yes", "lmcache_foo_device-0.1.0-cp311-cp311-linux_x86_64.whl"),
+    ("no", "lmcache_foo_device-0.1.0-py3-none-any.whl"),
+])  # fmt: skip
+def test_the_readme_install_block_finds_the_wheel_the_build_block_makes_pure_or_platform(
+    render: Callable[..., Path], native_ops: str, wheel: str
+) -> None:
+    """The wheel line's glob matches the wheel's name whatever its tags (native ops make a platform wheel), and
+    the build block writes it to ``dist/``."""
+    readme = (render(native_ops=native_ops) / "README.md").read_text()
+    (pattern,) = re.findall(r'"\$\(ls (dist/[^)]+)\)\[test\]"', runs(readme)["install"].text)
+    assert fnmatch.fnmatch(f"dist/{wheel}", pattern), pattern
+    assert "python -m build --wheel --no-isolation" in runs(readme)["build"].text
+
+
+def todo_functions(source: str) -> set[str]:
+    """Functions (and methods) whose own text holds a ``TODO(vendor):`` (a message or a docstring pointing at
+    another one, ``the TODO(vendor) of ...``, is not one), nested ones apart."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            inner = {n for child in ast.walk(node) if child is not node and isinstance(child, ast.FunctionDef)
+                     for n in range(child.lineno, (child.end_lineno or child.lineno) + 1)}  # fmt: skip
+            own = [lines[n - 1] for n in range(node.lineno, (node.end_lineno or node.lineno) + 1) if n not in inner]
+            if any("TODO(vendor):" in line for line in own):
+                found.add(node.name)
+    return found
+
+
+@pytest.mark.parametrize("native_ops", ["yes", "no"])
+@pytest.mark.parametrize("lmcache_driven", ["no", "default"])
+def test_the_readme_file_table_names_exactly_the_functions_holding_each_python_files_todos(
+    render: Callable[..., Path], native_ops: str, lmcache_driven: str
+) -> None:
+    """Every ``name()`` a file's row gives as yours is a function of that file with a ``TODO(vendor)``, and every
+    such function is named there (a row naming none, e.g. "the tested releases", is not held to it)."""
+    project = render(native_ops=native_ops, lmcache_driven=lmcache_driven)
+    rows = [line.split(" | ") for line in (project / "README.md").read_text().splitlines() if line.startswith("| `src/")]
+    wrong = {}
+    for row in rows:
+        path, yours = row[0].removeprefix("| ").strip("`"), row[-1]
+        if not re.fullmatch(r"[\w/]+\.py", path) or "TODO(vendor)" not in yours:
+            continue
+        named = set(re.findall(r"`(?:\w+\.)?(\w+)\(\)`", yours))
+        actual = todo_functions((project / path).read_text())
+        if named != actual:
+            wrong[path] = {"named, no TODO there": sorted(named - actual), "TODO, not named": sorted(actual - named)}
+    assert wrong == {}
