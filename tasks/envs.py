@@ -22,11 +22,12 @@ from pathlib import Path
 import nox
 
 from tasks.kit_source import environment_steps, kit_test_requirements
-from tasks.variants import ROOT
+from tasks.variants import CONTEXT, ROOT
 
 #: The torch installed before anything else (lmcache depends on an unpinned torch, which
-#: otherwise pulls a multi-GB CUDA build); vendors point it at their torch.
-TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", "torch==2.13.0")
+#: otherwise pulls a multi-GB CUDA build); vendors point it at their torch. By default the one a
+#: native render's wheel pins (cookiecutter.json ``_torch_version``): its ops are built against it.
+TORCH = os.environ.get("LMCACHE_TEMPLATE_TORCH", f"torch=={CONTEXT['_torch_version']}")
 #: What every variant needs beside torch and lmcache: the template's tools, the builders (native
 #: ops build without isolation, against this torch) and the rendered suite's test extra (pytest and
 #: pytest-xdist: the kit's own test extra, where they are pinned).
@@ -52,6 +53,15 @@ class ReleaseEnv:
         self.path = ROOT / ".nox" / f"lmcache-{release}"
         self.bin = self.path / "bin"
         self.python = str(self.bin / "python")
+
+    def torch_dist_info(self) -> Path:
+        """The installed torch's ``.dist-info`` directory."""
+        (torch,) = self.path.glob("lib/python*/site-packages/torch-*.dist-info")
+        return torch
+
+    def torch_version(self) -> str:
+        """The installed torch's public version (``2.13.0`` of ``2.13.0+cpu``): what a native render pins."""
+        return self.torch_dist_info().name.removesuffix(".dist-info").split("-", 1)[1].split("+")[0]
 
     def steps(self) -> tuple[list[str], list[str]]:
         """The ``pip install`` arguments of torch, then of lmcache with its command line's undeclared

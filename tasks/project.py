@@ -51,6 +51,7 @@ def render(session: nox.Session, env: ReleaseEnv, out: Path, variant: dict[str, 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     pairs = [f"{key}={value}" for key, value in answers(variant).items()]
+    pairs.append(f"_torch_version={env.torch_version()}")  # the torch a native wheel is built against and pins
     env.run(session, "cookiecutter", "--no-input", "-o", str(out), str(ROOT), *pairs, silent=True)
     (project,) = out.iterdir()
     return project
@@ -201,7 +202,7 @@ def wheel_key(env: ReleaseEnv, source: Path) -> str:
     built_from = (p for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     for path in sorted(p for p in built_from if str(p.relative_to(source)) not in NOT_BUILT_FROM):
         digest.update(str(path.relative_to(source)).encode() + b"\0" + path.read_bytes() + b"\0")
-    (torch,) = env.path.glob("lib/python*/site-packages/torch-*.dist-info")
+    torch = env.torch_dist_info()
     return f"{torch.name.removesuffix('.dist-info')}-{torch.parent.parent.name}-{digest.hexdigest()[:20]}"
 
 

@@ -32,8 +32,12 @@ from tasks.variants import OPTIONS, combination, combination_id, matrix
 EXPECTED_FILES = {
     ".cookiecutter.json",
     ".gitattributes",
+    ".github/dependabot.yml",
     ".github/workflows/ci.yml",
+    ".github/workflows/release.yml",
+    ".gitignore",
     ".pre-commit-config.yaml",
+    "CHANGELOG.md",
     "LICENSE",
     "README.md",
     "noxfile.py",
@@ -88,7 +92,7 @@ def test_native_ops_choice_adds_the_extension_its_build_and_binding(render: Call
     project = render(native_ops="yes")
     assert files(project) == EXPECTED_FILES | NATIVE_FILES
     assert "self.bind_native(native_ops)" in (project / "src/lmcache_foo/device_ops.py").read_text()
-    assert '"torch"' in (project / "pyproject.toml").read_text().split("[project]")[0]
+    assert '"torch==' in (project / "pyproject.toml").read_text().split("\n[project]")[0]
 
 
 @pytest.mark.parametrize(("choice", "default_mode"), [("opt_in", "ENGINE_DRIVEN"), ("default", "LMCACHE_DRIVEN")])

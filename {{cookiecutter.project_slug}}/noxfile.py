@@ -7,8 +7,10 @@ Sessions:
   typecheck  mypy on src/{{ " and emulator/src/" if cookiecutter.emulator == "yes" else "" }} (settings in pyproject.toml).
   build      build the wheel with a PEP 517 frontend and check its metadata: entry
              point, console script, its requirements (the lmcache range and the
-             kit's compatible range), the test extra, licence, py.typed, no C++
-             sources (the kit's wheel check).
+             kit's compatible range{{ ";\n             the torch the native ops are built against" if cookiecutter.native_ops == "yes" else "" }}), the test extra, licence,
+             py.typed, no C++ sources (the kit's wheel check).
+  check_wheels  (not default) the kit's wheel check on wheels built elsewhere:
+             -- dist/*.whl (the release workflow's{{ " cibuildwheel" if cookiecutter.native_ops == "yes" else "" }} wheels).
   tests      build and install the wheel (never editable) with torch and one tested
              lmcache release, then run the conformance suite from outside the source
 {% if cookiecutter.emulator == 'yes' %}             tree; on the CPU emulator (emulator/, installed beside the wheel)
@@ -38,7 +40,9 @@ Configuration (environment variables):
                      ``torch``; your vendor build, or on CI without the device
                      ``torch --index-url https://download.pytorch.org/whl/cpu``).
                      lmcache depends on an unpinned torch, so without this pip
-                     pulls a multi-GB CUDA build.
+                     pulls a multi-GB CUDA build.{% if cookiecutter.native_ops == "yes" %} A bare ``torch`` is the
+                     version pyproject.toml pins: the native ops are built
+                     against it.{% endif %}
   LMCACHE_DEVICE_KIT pip arguments for the kit, the shims the wheel requires and
                      the tests' harness (default: the template commit cruft
                      recorded in .cruft.json, else the version the test extra
@@ -75,6 +79,18 @@ PACKAGE = "{{ cookiecutter.import_package }}"
 #: pip arguments that install torch, e.g. "torch==2.5.1" or "torch --index-url
 #: https://download.pytorch.org/whl/cpu".
 TORCH = os.environ.get("TORCH_REQUIREMENT", "torch").split()
+{%- if cookiecutter.native_ops == 'yes' %}
+#: ... a bare ``torch`` being the one pyproject.toml's dependencies pin (the native ops
+#: are built against it, and setup.py refuses another).
+PINNED_TORCH = [
+    r
+    for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "dependencies"
+    ]
+    if Requirement(r).name == "torch"
+]
+TORCH = [PINNED_TORCH[0] if arg == "torch" else arg for arg in TORCH]
+{%- endif %}
 #: The kit, and the template's repository as cruft records it, as pip reads a git URL.
 KIT = "lmcache-device-kit"
 GIT_HOSTS = {"gh:": "https://github.com/", "gl:": "https://gitlab.com/"}
@@ -157,7 +173,21 @@ def build_wheel(session: nox.Session) -> Path:
 def build(session: nox.Session) -> None:
     """Build the wheel (PEP 517) and check it with the kit's wheel check: entry points,
     requirements and extras, licence, py.typed, no C++ sources or emulator files."""
-    wheel = build_wheel(session)
+    check_wheel(session, build_wheel(session))
+
+
+@nox.session(default=False)
+def check_wheels(session: nox.Session) -> None:
+    """The kit's wheel check on wheels built elsewhere: ``-- dist/*.whl``."""
+    if not session.posargs:
+        session.error("name the wheels to check: nox -s check_wheels -- dist/*.whl")
+    for wheel in session.posargs:
+        check_wheel(session, Path(wheel))
+
+
+def check_wheel(session: nox.Session, wheel: Path) -> None:
+    """The kit's wheel check (python -m lmcache_device_kit.wheel_check) against this
+    project's pyproject.toml."""
     session.install(*kit_requirement())
     check = ["python", "-m", "lmcache_device_kit.wheel_check", str(wheel)]
     session.run(*check, "--project", str(ROOT))

@@ -54,8 +54,9 @@ def make(
     metadata: list[str] = METADATA,
     entry_points: str = ENTRY_POINTS,
     files: list[str] = FILES,
+    pyproject: str = PYPROJECT,
 ) -> Path:
-    (tmp_path / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent(pyproject))
     wheel = tmp_path / "lmcache_bar_device-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr(f"{INFO}/METADATA", "\n".join(metadata) + "\n")
@@ -169,3 +170,48 @@ def test_a_wheel_without_licence_or_py_typed_fails_and_says_so(
         f"{INFO}/licenses/LICENSE",
     ):
         assert missing in err
+
+
+#: A wheel with native ops: its compiled module, the torch it pins, the build's pin.
+KERNELS = "lmcache_bar/_kernels.cpython-311-x86_64-linux-gnu.so"
+NATIVE_PYPROJECT = (
+    '[build-system]\nrequires = ["setuptools>=77", "torch==2.13.0"]\n'
+    + PYPROJECT.replace('<0.3"]', '<0.3", "torch==2.13.0"]')
+)
+
+
+@pytest.mark.parametrize(
+    ("torch", "build", "problem"),
+    [
+        ("torch==2.13.0", "torch==2.13.0", None),
+        (None, "torch==2.13.0", "the wheel ships native ops (lmcache_bar/_kernels"),
+        ("torch>=2.13", "torch==2.13.0", "the wheel ships native ops (lmcache_bar/_ke"),
+        ("torch==2.13.*", "torch==2.13.0", "the wheel ships native ops (lmcache_bar/_"),
+        ("torch==2.13.0", "torch", "the wheel requires torch==2.13.0, but pyproject"),
+        ("torch==2.13.0", "torch==2.12.0", "the wheel requires torch==2.13.0, but py"),
+    ],
+)
+def test_a_wheel_with_native_ops_pins_the_torch_it_is_built_against(
+    tmp_path: Path, torch: str | None, build: str, problem: str | None
+) -> None:
+    """A native module is built for one torch's C++ ABI: the wheel requires exactly
+    that torch, the one the build requires; a pure wheel requires no torch."""
+    metadata = METADATA + ([f"Requires-Dist: {torch}"] if torch else [])
+    pyproject = NATIVE_PYPROJECT.replace('"torch==2.13.0"]\n', f'"{build}"]\n', 1)
+    wheel = make(tmp_path, metadata, files=[*FILES, KERNELS], pyproject=pyproject)
+    found = plugin_wheel_problems(wheel, tmp_path)
+    if problem is None:
+        assert found == []
+    else:
+        assert [p for p in found if p.startswith(problem)] == found, found
+        assert len(found) == 1
+
+
+def test_a_pure_wheel_requiring_torch_fails(tmp_path: Path) -> None:
+    """Without native ops the wheel leaves torch to lmcache (and the deployment)."""
+    metadata = [*METADATA, "Requires-Dist: torch==2.13.0"]
+    found = plugin_wheel_problems(make(tmp_path, metadata), tmp_path)
+    assert found == [
+        "the production wheel requires torch==2.13.0 (lmcache and lmcache-device-kit "
+        "alone: the rest comes with extras)"
+    ]

@@ -18,6 +18,7 @@ module of the package, lets it find the package whole, as PyTorch device extensi
 import torch first. Must import nothing else.
 """
 
+#: The version, written here only: pyproject.toml reads it ([tool.setuptools.dynamic]).
 __version__ = "{{ cookiecutter.version }}"
 
 try:

@@ -28,7 +28,7 @@ from {{ cookiecutter.__compat_package }}.ops_support import (
     OpsSupport,
 )
 {%- if cookiecutter.ownership == 'wheel' %}
-from {{ cookiecutter.__compat_package }}.release import check_release
+from {{ cookiecutter.__compat_package }}.release import check_release{{ ", native_torch_problem" if cookiecutter.native_ops == "yes" else "" }}
 {%- endif %}
 from {{ cookiecutter.__compat_package }}.resolve import lookup
 from {{ cookiecutter.__compat_package }}.spec import (  # noqa: F401 - for the spec module
@@ -52,6 +52,8 @@ announce_pointer_mode = ops_support.announce_pointer_mode
 pointer_mode_operands = ops_support.pointer_mode_operands
 {%- if cookiecutter.ownership == 'wheel' %}
 
+#: This plugin's distribution (pyproject.toml's name).
+PROJECT = "{{ cookiecutter.project_slug }}"
 #: The requirement pyproject.toml declares; keep the two identical.
 SUPPORTED_LMCACHE = "{{ cookiecutter.__lmcache_requirement }}"
 #: Releases the conformance suite has passed on (oldest first).
@@ -66,8 +68,15 @@ def check_lmcache_version() -> None:
     """Refuse to load on an LMCache release this plugin was not tested with
     (LMCache then skips it and logs why); ``ALLOW_UNTESTED_ENV_VAR=1`` allows it."""
     tested, supported = TESTED_LMCACHE_VERSIONS, SUPPORTED_LMCACHE
-    project = "{{ cookiecutter.project_slug }}"
-    check_release(project, tested, supported, ALLOW_UNTESTED_ENV_VAR)
+    check_release(PROJECT, tested, supported, ALLOW_UNTESTED_ENV_VAR)
+{%- if cookiecutter.native_ops == 'yes' %}
+
+
+def native_ops_torch_problem(installed_torch: str) -> str:
+    """Why the native ops must not load with torch ``installed_torch`` ("" if they
+    may): the wheel pins the torch they are compiled against (pyproject.toml)."""
+    return native_torch_problem(PROJECT, installed_torch)
+{%- endif %}
 {%- endif %}
 
 

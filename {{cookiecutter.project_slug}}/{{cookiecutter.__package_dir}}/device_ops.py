@@ -60,6 +60,7 @@ from ._lmcache_compat import (
     host_pieces,
 {%- if cookiecutter.native_ops == 'yes' %}
     init_logger,
+    native_ops_torch_problem,
 {%- endif %}
 {%- if cookiecutter.lmcache_driven != 'no' %}
     pointer_mode_operands,
@@ -98,8 +99,9 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
         baseline (for comparisons and bisecting).
 
         Failure policy: soft. If the compiled module is missing (a source
-        checkout, or a wheel built without a compiler), log how to rebuild and
-        keep the baseline: raising here would remove ``lmcache.device_ops``.
+        checkout, or a wheel built without a compiler) or was built against
+        another torch than the one installed, log how to fix it and keep the
+        baseline: raising here would remove ``lmcache.device_ops``.
         """
         self._native_bound = False
         if os.environ.get(NATIVE_ENV_VAR) == "0":
@@ -107,6 +109,14 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
                 "%s: LMCache's torch baseline, as %s=0 asks",
                 type(self).__name__,
                 NATIVE_ENV_VAR,
+            )
+            return
+        # Before loading the module: one built for another torch's C++ ABI fails to
+        # load, or crashes.
+        if problem := native_ops_torch_problem(torch.__version__):
+            report_slow_path(
+                "native ops not bound",
+                f"{type(self).__name__} runs LMCache's torch baseline: {problem}",
             )
             return
         try:

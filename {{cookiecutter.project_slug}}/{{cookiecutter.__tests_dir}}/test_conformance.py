@@ -131,6 +131,10 @@ class TestNativeOps(native_ops.BaseNativeOpsTests):
     pass
 
 
+class TestNativeTorchPin(native_ops.BaseNativeTorchPinTests):
+    pass
+
+
 class TestNativeTransfers(native_transfers.BaseNativeTransfersTests):
     pass
 

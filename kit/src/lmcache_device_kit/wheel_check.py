@@ -6,7 +6,9 @@ Why it exists: a wheel that builds can still be one LMCache never loads or a ser
 host cannot install: an entry point missing from ``entry_points.txt``, a dependency
 beyond lmcache and the kit outside the extras, the kit (its release shims) missing
 or pinned so that two plugins cannot share an environment, an extra that lost its
-requirements, no licence, no ``py.typed``, C++ sources or the CPU emulator inside.
+requirements, no licence, no ``py.typed``, C++ sources or the CPU emulator inside;
+a wheel with native ops that does not pin the torch its module is compiled against
+(``torch==X``, the same pin the build requires), which another torch would load.
 A project's ``nox -s build`` runs this on the wheel it built; the template runs the
 same function on every render's wheel, with the checks that hold a render to its
 answers on top.
@@ -83,19 +85,24 @@ def entry_point_problems(project: dict[str, Any], entry_points: str) -> list[str
     return problems
 
 
-def requirement_problems(project: dict[str, Any], metadata: list[str]) -> list[str]:
-    """The wheel requires lmcache and the kit alone, the kit in a compatible range;
-    every extra of pyproject.toml is in its METADATA under that extra."""
+def requirement_problems(
+    project: dict[str, Any], metadata: list[str], native: bool = False
+) -> list[str]:
+    """The wheel requires lmcache and the kit alone (and, with ``native`` ops, the
+    torch they are built for), the kit in a compatible range; every extra of
+    pyproject.toml is in its METADATA under that extra."""
     declared = [
         Requirement(line.split(":", 1)[1])
         for line in metadata
         if line.startswith("Requires-Dist:")
     ]
+    own = ("lmcache", KIT, "torch") if native else ("lmcache", KIT)
+    alone = f"{', '.join(own[:-1])} and {own[-1]}"
     problems = [
-        f"the production wheel requires {requirement} (lmcache and {KIT} alone: the "
-        "rest comes with extras)"
+        f"the production wheel requires {requirement} ({alone} alone: the rest comes "
+        "with extras)"
         for requirement in declared
-        if requirement.marker is None and requirement.name not in ("lmcache", KIT)
+        if requirement.marker is None and requirement.name not in own
     ]
     kit = [r for r in declared if r.marker is None and r.name == KIT]
     if not kit:
@@ -125,6 +132,47 @@ def requirement_problems(project: dict[str, Any], metadata: list[str]) -> list[s
     return problems
 
 
+def torch_pin(requirements: list[Requirement]) -> str | None:
+    """The one torch version ``requirements`` pin exactly (``torch==X``), if so."""
+    torch = [r for r in requirements if r.name == "torch" and r.marker is None]
+    specs = [s for r in torch for s in r.specifier]
+    if len(torch) == 1 and len(specs) == 1 and specs[0].operator == "==":
+        return None if "*" in specs[0].version else specs[0].version
+    return None
+
+
+def native_torch_problems(
+    pyproject: dict[str, Any], metadata: list[str], modules: list[str]
+) -> list[str]:
+    """A wheel with compiled ``modules`` pins, exactly, the torch they are built for
+    (another torch's C++ ABI fails to load them, or crashes), and it is the torch
+    the build requires ([build-system] requires: what an isolated build compiles
+    against)."""
+    declared = [
+        Requirement(line.split(":", 1)[1])
+        for line in metadata
+        if line.startswith("Requires-Dist:")
+    ]
+    pinned = torch_pin(declared)
+    if pinned is None:
+        found = [str(r) for r in declared if r.name == "torch"] or "no torch"
+        return [
+            f"the wheel ships native ops ({', '.join(modules)}) but requires {found}: "
+            "pin the torch they are compiled against, torch==X, in pyproject.toml's "
+            "[project] dependencies (and the same in [build-system] requires)"
+        ]
+    build = pyproject.get("build-system", {}).get("requires", [])
+    built = torch_pin([Requirement(r) for r in build])
+    if built != pinned:
+        return [
+            f"the wheel requires torch=={pinned}, but pyproject.toml's [build-system] "
+            f"requires {[r for r in build if r.startswith('torch')] or 'no torch'}: "
+            f"an isolated build would compile against another torch; require "
+            f"torch=={pinned} there too"
+        ]
+    return []
+
+
 def compatible_range(version: str) -> str:
     """The kit's releases a plugin made with kit ``version`` runs on: that one and the
     later ones of its minor series (``0.2.0`` -> ``>=0.2.0,<0.3``)."""
@@ -151,16 +199,23 @@ def kit_range_problem(requirement: Requirement) -> str:
 
 def plugin_wheel_problems(wheel: Path, project_dir: Path) -> list[str]:
     """What is wrong with a plugin's wheel, by its project's pyproject.toml."""
-    project = tomllib.loads((project_dir / "pyproject.toml").read_text())["project"]
+    pyproject = tomllib.loads((project_dir / "pyproject.toml").read_text())
+    project = pyproject["project"]
     names, info, entry_points, metadata = read_wheel(wheel)
+    packages = plugin_packages(project)
+    native = [
+        n for n in names if n.split("/")[0] in packages and n.endswith((".so", ".pyd"))
+    ]
     problems = entry_point_problems(project, entry_points)
-    problems += requirement_problems(project, metadata)
+    problems += requirement_problems(project, metadata, native=bool(native))
+    if native:
+        problems += native_torch_problems(pyproject, metadata, native)
     license_line = f"License-Expression: {project.get('license')}"
     for line in (license_line, "License-File: LICENSE"):
         if line not in metadata:
             problems.append(f"METADATA lacks {line!r}")
     required = [f"{info}/licenses/LICENSE"]
-    required += [f"{package}/py.typed" for package in plugin_packages(project)]
+    required += [f"{package}/py.typed" for package in packages]
     problems += [f"wheel lacks {name}" for name in required if name not in names]
     sources = [n for n in names if n.endswith((".cpp", ".h"))]
     if sources:

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A plugin wheel's release check: it loads only on the LMCache releases it was
-tested with.
+"""A plugin wheel's release checks: it loads only on the LMCache releases it was
+tested with, and its native ops only with the torch they were built against.
 
 Why a module of its own: only a wheel needs it (an in-tree backend ships with its
 LMCache, and its copy of the shims leaves this out); the plugin's binding module
@@ -15,8 +15,10 @@ from __future__ import annotations
 
 # Standard
 from collections.abc import Sequence
+import importlib.metadata
 import logging
 import os
+import re
 
 # Local
 from .resolve import installed_lmcache_version
@@ -51,4 +53,38 @@ def check_release(
         f"'{supported}'), or try the new release: doctor --api names what moved in "
         "LMCache, nox -s canary runs the tests on it (README.md, 'Supporting a new "
         "LMCache release')."
+    )
+
+
+#: A wheel's pin of the torch its native module is built for, as METADATA spells it.
+TORCH_PIN = re.compile(r"torch\s*==\s*([\w.]+)")
+
+
+def torch_pin(project: str) -> str | None:
+    """The torch version the installed ``project`` pins in its requirements
+    (``torch==X``: a wheel with native ops), None if it pins none or is not
+    installed as a distribution (a source checkout)."""
+    try:
+        requires = importlib.metadata.requires(project) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    pins = [m.group(1) for r in requires if (m := TORCH_PIN.fullmatch(r.strip()))]
+    return pins[0] if pins else None
+
+
+def native_torch_problem(project: str, installed_torch: str) -> str:
+    """Why ``project``'s native ops must not load with torch ``installed_torch``
+    (``torch.__version__``), or "" when they may: its wheel pins the torch its module
+    was compiled against, whose C++ ABI another torch does not keep (the module
+    would fail to load, or crash). Failure policy: the caller keeps LMCache's
+    baseline ops and reports this message, which says which torch to install."""
+    pinned = torch_pin(project)
+    running = installed_torch.split("+")[0]  # a local build tag (+cpu) keeps the ABI
+    if pinned is None or running == pinned:
+        return ""
+    return (
+        f"{project}'s native ops are built against torch {pinned}, but torch "
+        f"{installed_torch} is installed. Install the torch this wheel requires "
+        f"(pip install 'torch=={pinned}'), or a build of {project} for torch "
+        f"{running} (README.md, 'Releasing')."
     )

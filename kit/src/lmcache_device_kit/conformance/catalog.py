@@ -69,6 +69,7 @@ BASES: tuple[type[ConformanceTests], ...] = (
     ops_parity.BaseOpsParityTests,
     ops_pointers.BaseOpsPointerTests,
     native_ops.BaseNativeOpsTests,
+    native_ops.BaseNativeTorchPinTests,
     native_transfers.BaseNativeTransfersTests,
     native_pointer_mode.BaseNativePointerModeTests,
     e2e_engine_driven.BaseE2EEngineDrivenTests,

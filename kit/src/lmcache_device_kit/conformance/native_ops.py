@@ -151,3 +151,39 @@ class BaseNativeOpsTests(ConformanceTests):
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+class BaseNativeTorchPinTests(ConformanceTests):
+    """A wheel's native ops are built against one torch: with another, the plugin
+    keeps the baseline and says which torch to install, before loading the module."""
+
+    requires = frozenset({"native_ops", "wheel"})
+
+    def test_native_ops_stay_unbound_under_another_torch_and_name_the_one_to_install(
+        self, native: Any
+    ) -> None:
+        """The wheel pins the torch its module is compiled against (``torch==X``);
+        under any other torch the module is not loaded (another torch's C++ ABI fails
+        to load it, or crashes), LMCache runs the baseline, and the slow-path report
+        names the pip command that installs the pinned torch."""
+        # Standard
+        import importlib.metadata
+
+        backend = kit_backend.current()
+        (dist,) = importlib.metadata.packages_distributions()[backend.package]
+        requires = importlib.metadata.requires(dist) or []
+        (pin,) = [r for r in requires if r.startswith("torch==")]
+        code = textwrap.dedent(
+            f"""
+            import torch
+            torch.__version__ = "{pin.split("==")[1]}.post1"  # another torch
+            import lmcache
+            from lmcache.v1.platform import resolve_device_ops
+            print(resolve_device_ops("{backend.device_type}")._native_bound)
+            """
+        )
+        done = run_python(code)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split()[-1] == "False"
+        assert backend.slow_path_mark in done.stderr, done.stderr[-3000:]
+        assert f"pip install '{pin}'" in done.stderr, done.stderr[-3000:]
