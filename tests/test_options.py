@@ -27,6 +27,7 @@ IN_TREE_TESTS = "tests/v1/platform/devices/foo"
 #: Both models render the same subclasses; the kit's plugin skips these where the backend lacks the capability.
 WHEEL_ONLY_CLASSES = {
     "BaseWheelDiscoveryTests", "BaseLMCacheSurfaceTests", "BaseDoctorTests", "BaseDoctorLiveTests", "BaseDoctorPathsTests",
+    "BaseDoctorPortTests",
 }  # fmt: skip
 IN_TREE_ONLY_CLASSES = {"BaseInTreeDiscoveryTests"}
 #: An in-tree contribution's own tests, in LMCache's per-device style (no kit), by lmcache_driven choice.
