@@ -28,6 +28,7 @@ IN_TREE_TESTS = "tests/v1/platform/devices/foo"
 WHEEL_ONLY_CLASSES = {
     "BaseWheelDiscoveryTests", "BaseLMCacheSurfaceTests", "BaseDoctorTests", "BaseDoctorLiveTests", "BaseDoctorPathsTests",
     "BaseNativeTorchPinTests",
+    "BaseDoctorPortTests",
 }  # fmt: skip
 IN_TREE_ONLY_CLASSES = {"BaseInTreeDiscoveryTests"}
 #: An in-tree contribution's own tests, in LMCache's per-device style (no kit), by lmcache_driven choice.

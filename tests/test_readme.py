@@ -8,7 +8,6 @@ cannot see for the others (the transfer mode a default worker asks for, the whee
 
 from __future__ import annotations
 
-import ast
 import fnmatch
 import re
 import shlex
@@ -69,40 +68,3 @@ def test_the_readme_install_block_finds_the_wheel_the_build_block_makes_pure_or_
     (pattern,) = re.findall(r'"\$\(ls (dist/[^)]+)\)\[test\]"', runs(readme)["install"].text)
     assert fnmatch.fnmatch(f"dist/{wheel}", pattern), pattern
     assert "python -m build --wheel --no-isolation" in runs(readme)["build"].text
-
-
-def todo_functions(source: str) -> set[str]:
-    """Functions (and methods) whose own text holds a ``TODO(vendor):`` (a message or a docstring pointing at
-    another one, ``the TODO(vendor) of ...``, is not one), nested ones apart."""
-    tree = ast.parse(source)
-    lines = source.splitlines()
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            inner = {n for child in ast.walk(node) if child is not node and isinstance(child, ast.FunctionDef)
-                     for n in range(child.lineno, (child.end_lineno or child.lineno) + 1)}  # fmt: skip
-            own = [lines[n - 1] for n in range(node.lineno, (node.end_lineno or node.lineno) + 1) if n not in inner]
-            if any("TODO(vendor):" in line for line in own):
-                found.add(node.name)
-    return found
-
-
-@pytest.mark.parametrize("native_ops", ["yes", "no"])
-@pytest.mark.parametrize("lmcache_driven", ["no", "default"])
-def test_the_readme_file_table_names_exactly_the_functions_holding_each_python_files_todos(
-    render: Callable[..., Path], native_ops: str, lmcache_driven: str
-) -> None:
-    """Every ``name()`` a file's row gives as yours is a function of that file with a ``TODO(vendor)``, and every
-    such function is named there (a row naming none, e.g. "the tested releases", is not held to it)."""
-    project = render(native_ops=native_ops, lmcache_driven=lmcache_driven)
-    rows = [line.split(" | ") for line in (project / "README.md").read_text().splitlines() if line.startswith("| `src/")]
-    wrong = {}
-    for row in rows:
-        path, yours = row[0].removeprefix("| ").strip("`"), row[-1]
-        if not re.fullmatch(r"[\w/]+\.py", path) or "TODO(vendor)" not in yours:
-            continue
-        named = set(re.findall(r"`(?:\w+\.)?(\w+)\(\)`", yours))
-        actual = todo_functions((project / path).read_text())
-        if named != actual:
-            wrong[path] = {"named, no TODO there": sorted(named - actual), "TODO, not named": sorted(actual - named)}
-    assert wrong == {}

@@ -12,9 +12,14 @@
 // (drain_recorded_completions, drain_recorded_events). A host function that
 // took the GIL could deadlock against a thread that holds it while it waits on
 // the same stream, which a runtime's bindings need not release.
+{%- if cookiecutter.lmcache_driven != 'no' %}
 // TODO(vendor): the launcher is your runtime's host-function launch
 // (cudaLaunchHostFunc; aclrtLaunchCallback on Ascend), passed from native_ops.py.
 // A runtime without one keeps the synchronizing path (runtime.py).
+{%- else %}
+// An engine-driven-only plugin binds none of them: they serve LMCache-driven
+// transfer, which it does not offer.
+{%- endif %}
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -127,7 +127,9 @@ def lmcache_memcpy_async(
     """Native version of ``torch_ops.lmcache_memcpy_async``: for raw pointers, one copy
     kernel per pinned registration the host range crosses (``_host_pieces``), given
     the piece's device address (``_kernel_host_address``). A pageable piece is
-    copied by the ops class's ``copy_`` instead, synchronously: no kernel reads it."""
+    copied by the ops class's ``copy_`` instead, synchronously: no kernel reads it.
+    TODO(vendor): ``pointer_device`` is the emulator's: ask your runtime which device
+    owns ``on_device`` (cudaPointerGetAttributes)."""
     if isinstance(dest, int) and isinstance(src, int) and nbytes > 0:
         if int(direction) not in (
             int(_compat.TransferDirection.H2D),

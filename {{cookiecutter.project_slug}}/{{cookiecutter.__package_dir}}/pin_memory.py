@@ -29,6 +29,12 @@ logger = init_logger(__name__)
 
 #: The runtime's host registration calls; without both nothing is pinned.
 REGISTRATION_CALLS = ("host_register", "host_unregister")
+#: Whether this device pins host memory: None (the sample's: undecided) until you
+#: port the calls below (then True), or False if your runtime cannot register host
+#: memory at all. The doctor reads a pin backend that does not pin as "not ported
+#: yet" unless this is False; False also turns pinning off here.
+#: TODO(vendor): True once the calls below are yours, or False if there are none.
+PINS_HOST_MEMORY: bool | None = None
 
 
 def _device_reads_host_memory() -> bool:
@@ -119,4 +125,6 @@ class {{ cookiecutter.class_prefix }}PinMemoryBackend(PinMemoryBackend):
     def is_pin_supported(self) -> bool:
         runtime = getattr(torch, TORCH_MODULE_NAME, None)
         calls = (getattr(runtime, name, None) for name in REGISTRATION_CALLS)
+        if PINS_HOST_MEMORY is False:
+            return False
         return _device_reads_host_memory() and all(map(callable, calls))

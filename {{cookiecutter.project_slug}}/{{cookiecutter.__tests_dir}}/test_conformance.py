@@ -27,6 +27,7 @@ from lmcache_device_kit.conformance import (
     doctor,
     doctor_live,
     doctor_paths,
+    doctor_port,
     e2e_engine_driven,
     e2e_hybrid,
     e2e_lmcache_driven,
@@ -88,6 +89,10 @@ class TestDoctorLive(doctor_live.BaseDoctorLiveTests):
 
 
 class TestDoctorPaths(doctor_paths.BaseDoctorPathsTests):
+    pass
+
+
+class TestDoctorPort(doctor_port.BaseDoctorPortTests):
     pass
 
 

@@ -8,6 +8,7 @@ plugin's ``lmcache.device_plugins`` entry point and its modules (``<package>.x``
 
 Modules: ``cli`` (the command line), ``plugin`` (which plugin), ``checks`` and
 ``discovery`` (the checklist), ``paths`` (slow paths), ``live`` (``--server``),
-``api`` and ``calls`` (``--api``), ``report``. Importing this package imports
+``api`` and ``calls`` (``--api``), ``ladder``, ``port`` and ``probes``
+(``--port``: the porting ladder), ``report``. Importing this package imports
 none of them, nor LMCache, torch or the plugin.
 """

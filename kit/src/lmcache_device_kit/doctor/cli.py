@@ -13,8 +13,10 @@ cache through that running ``lmcache server`` and compares the bytes (``live``).
 plugin depends on against the installed lmcache, supported or not (``api``). Slow
 paths (host memory not pinned, native ops not bound, a round trip on another
 sub-path than asked, ``--expect-shm`` for SHM) fail too (``paths``). ``--json``
-prints the same results for machines. Exit status 0 when every check passes, 1
-otherwise, 2 when there is no plugin to examine.
+prints the same results for machines. ``--port`` prints, instead, the porting
+ladder: every ``TODO(vendor)`` step, proven, failed or not ported yet (``port``).
+Exit status 0 when every check passes, 1 otherwise, 2 when there is no plugin to
+examine.
 
 Why a module of its own: it must ``import lmcache`` before it imports anything of
 the plugin (LMCache skips a plugin that was imported before it), and it keeps
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 # Standard
 from dataclasses import asdict
+from typing import Any
 import argparse
 import contextlib
 import io
@@ -49,6 +52,7 @@ from .checks import (
 from .discovery import check_entry_point, check_registered
 from .paths import check_pinning, pins_host_memory
 from .plugin import NoPlugin, select
+from .port import climb
 from .report import Report
 
 
@@ -60,11 +64,14 @@ def run(
     log: io.StringIO,
     api: bool = False,
     expect_shm: bool = False,
+    port: bool = False,
 ) -> Report:
     report = Report()
     try:
         if api:
             check_api(report)
+        elif port:
+            report = climb(run_checks(report, None, mode, 0, 0.0, log), report)
         else:
             run_checks(report, server, mode, tokens, timeout, log, expect_shm)
     except Exception as exc:  # noqa: BLE001 - a doctor that crashes helps nobody
@@ -85,9 +92,10 @@ def run_checks(
     timeout: float,
     log: io.StringIO,
     expect_shm: bool = False,
-) -> None:
+) -> Any:
+    """The checklist; the plugin's spec, once LMCache selected it (else None)."""
     if not check_import_lmcache(report):
-        return
+        return None
     compat = check_lmcache_version(report)
     device_ok = check_torch_device(report)
     entry_ok = check_entry_point(report)
@@ -97,7 +105,7 @@ def run_checks(
         else None
     )
     if spec is None or not device_ok or not check_selection(report, spec, compat):
-        return
+        return None
     check_ops(report, spec, compat)
     if pins_host_memory():
         check_pinning(report, spec)
@@ -109,6 +117,7 @@ def run_checks(
 
         expected = expected_path(mode, spec, expect_shm)
         check_server(report, server, mode, tokens, timeout, log, expected)
+    return spec
 
 
 def argument_parser(prog: str, choose_backend: bool) -> argparse.ArgumentParser:
@@ -153,6 +162,12 @@ def argument_parser(prog: str, choose_backend: bool) -> argparse.ArgumentParser:
         action="store_true",
         help="the server has an SHM pool: a worker served by pickle fails",
     )
+    parser.add_argument(
+        "--port",
+        action="store_true",
+        help="the porting ladder: each TODO(vendor) step, proven, failed or not "
+        "ported yet",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
         "--verbose",
@@ -187,6 +202,7 @@ def main(
             log,
             args.api,
             args.expect_shm,
+            args.port,
         )
     if args.json:
         print(
@@ -197,11 +213,24 @@ def main(
         )
     else:
         print("\n".join(check.render() for check in report.checks))
-        verdict = "all checks passed" if report.ok else "some checks failed"
-        print(f"{verdict} ({len(report.checks)} checks)")
+        print(verdict(report, args.port))
     if args.verbose:
         sys.stderr.write(log.getvalue())
     sys.stdout.flush()
     # A live check against a silent server may leave LMCache's threads and sockets
     # waiting; the report is out, so leave without joining them.
     os._exit(0 if report.ok else 1)
+
+
+def verdict(report: Report, port: bool) -> str:
+    """The report's last line."""
+    if not port:
+        verdict = "all checks passed" if report.ok else "some checks failed"
+        return f"{verdict} ({len(report.checks)} checks)"
+    proven = sum(check.ok for check in report.checks)
+    pending = sum(check.pending for check in report.checks)
+    failed = len(report.checks) - proven - pending
+    return (
+        f"porting ladder: {proven} of {len(report.checks)} steps proven on this "
+        f"device, {pending} not ported yet, {failed} failed"
+    )

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 import importlib
 import importlib.util
+import os
 
 # Local
 from ..backend import current
@@ -79,22 +80,48 @@ def pins_host_memory() -> bool:
     return importlib.util.find_spec(f"{current().package}.pin_memory") is not None
 
 
+def host_page_size() -> int:
+    """This host's page size, as the OS reports it: 4 KiB on most x86_64 hosts,
+    64 KiB on many aarch64 ones (NPU hosts among them)."""
+    return os.sysconf("SC_PAGE_SIZE")
+
+
 def check_pinning(report: Report, spec: Any) -> bool:
     """Host memory pinned through the spec's pin backend reads as pinned, and
-    pageable memory does not: the ops can tell LMCache's slow copies apart."""
+    pageable memory does not: the ops can tell LMCache's slow copies apart.
+
+    A pin backend that does not pin reads "not ported yet" unless its module
+    declares ``PINS_HOST_MEMORY = False``: not pinning is the sample's answer on any
+    runtime but the emulator, and only the vendor knows whether it is theirs."""
     # Third Party
     import torch
 
-    host_range_is_pinned = plugin_module("pin_memory").host_range_is_pinned
+    pin_module = plugin_module("pin_memory")
+    declared = getattr(pin_module, "PINS_HOST_MEMORY", None)
     backend = spec.pin_memory_backend()
     if not backend.is_pin_supported:
+        if declared is False:
+            return report.add(
+                "pinned memory",
+                True,
+                "this device does not pin host memory (PINS_HOST_MEMORY = False): "
+                "LMCache copies from pageable buffers (its L1 is not lazy)",
+            )
+        return report.pending(
+            "pinned memory",
+            "the pin backend does not pin (is_pin_supported is False), the sample's "
+            "answer on a runtime without the emulator's host_register",
+            "port pin_memory.py to your runtime's host registration, or declare "
+            "PINS_HOST_MEMORY = False there if it has none",
+        )
+    if declared is False:
         return report.add(
             "pinned memory",
-            True,
-            "this device does not pin host memory: LMCache copies from pageable "
-            "buffers (its L1 is not lazy)",
+            False,
+            "PINS_HOST_MEMORY is False, but the pin backend pins",
+            "declare PINS_HOST_MEMORY = True (or None) in pin_memory.py",
         )
-    size, page = 1 << 20, 4096
+    size, page = 1 << 20, host_page_size()
     buffers = [torch.empty(size + page, dtype=torch.uint8) for _ in range(2)]
     pinned, pageable = (b.data_ptr() + (-b.data_ptr()) % page for b in buffers)
     if not backend.pin_memory(pinned, size):
@@ -106,7 +133,9 @@ def check_pinning(report: Report, spec: Any) -> bool:
             "fix pin_memory() in pin_memory.py (your runtime's host registration)",
         )
     try:
-        answers = tuple(host_range_is_pinned(b, size) for b in (pinned, pageable))
+        answers = tuple(
+            pin_module.host_range_is_pinned(b, size) for b in (pinned, pageable)
+        )
     finally:
         backend.unpin_memory(pinned)
     if answers != (True, False):

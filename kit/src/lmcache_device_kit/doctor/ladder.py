@@ -1,0 +1,259 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The porting ladder: every ``TODO(vendor)`` of a plugin made from the template, in
+the order to port them, each with the runtime call it needs and what proves it.
+
+Why a module of its own, and data only: three readers hold to the same steps, so
+they are defined here once. ``doctor --port`` (``port``) prints them with each
+step's state on the installed plugin; the rendered README's "Porting ladder" table
+lists them; the template's tests check that the table, the ``TODO(vendor)`` markers
+of a render and these steps agree (a marker with no step fails there). It imports
+only the standard library (the template's tests load it by path, without the kit
+installed).
+
+A step's ``sites`` are where its markers are: ``file`` (the module, or a C++
+file: its header comment), ``file:NAME`` (a function, class, property or
+module-level constant; ``{prefix}`` is the plugin's class prefix), with the file
+relative to the package (``tests/...``: the render's tests). ``sample`` pairs a
+Python site with a ``torch.<device>`` call only the CPU emulator has, which the
+sample's code at that site makes: while the installed site still names it, the
+step holds the sample's code (``port.holds_sample``).
+"""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from dataclasses import dataclass
+
+#: What the CPU emulator's ``torch.<device>`` has beyond a device module of torch
+#: (``dir(torch.cuda)``) that is a test facility, never a runtime call to port.
+TEST_FACILITIES = frozenset({"hold_stream", "inject_faults", "ipc_mappings"})
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung: what to port, where, with which call, proven by what."""
+
+    key: str
+    title: str
+    sites: tuple[str, ...]
+    #: The runtime call it needs; ``{torch}`` is ``torch.<device>``.
+    call: str
+    #: The conformance classes that prove it (the render's ``tests/``).
+    tests: str
+    #: The doctor check that proves it (``doctor --port``).
+    check: str
+    #: The plugin module a step needs to apply ('' for every plugin).
+    needs: str = ""
+    sample: tuple[tuple[str, str], ...] = ()
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "device",
+        "find the device",
+        ("device.py:{prefix}DeviceSpec.is_available",),
+        "your extension's import, {torch}.is_available(), {torch}.device_count()",
+        "TestDiscovery, TestBackendShape",
+        "selection",
+    ),
+    Step(
+        "thread-context",
+        "bind a context on LMCache's threads",
+        ("runtime.py:bind_thread_context",),
+        "a context per thread (aclrtSetDevice; none on CUDA: one context for "
+        "every thread)",
+        "TestNpuPinMemory, TestIPCWrapper",
+        "thread context",
+        needs="runtime",
+    ),
+    Step(
+        "stream-handle",
+        "a stream's native handle",
+        (
+            "device.py:{prefix}DeviceSpec.get_stream_handle",
+            "cache_context.py:HostCallbackStream.ptr",
+        ),
+        "the stream's pointer (stream.cuda_stream, stream.npu_stream)",
+        "TestCacheContext, TestNpuCacheContext",
+        "stream handle",
+        sample=(
+            ("device.py:{prefix}DeviceSpec.get_stream_handle", "stream_handle"),
+            ("cache_context.py:HostCallbackStream.ptr", "stream_handle"),
+        ),
+    ),
+    Step(
+        "stream-sync",
+        "wait for a stream's work by its handle",
+        ("runtime.py:after_stream_work",),
+        "aclrtSynchronizeStream, musaStreamSynchronize (the emulator's waits "
+        "release the GIL; your binding need not)",
+        "TestStreamOrder, TestNpuDeviceOpsOrdering",
+        "stream sync",
+        needs="runtime",
+        sample=(("runtime.py:after_stream_work", "synchronize_stream_handle"),),
+    ),
+    Step(
+        "host-functions",
+        "a C host function on a stream, or none",
+        ("runtime.py:host_function_launcher", "_recorders.cpp"),
+        "cudaLaunchHostFunc, aclrtLaunchCallback (the emulator's launch_host_func)",
+        "TestStreamOrder, TestEventIpcOrdering",
+        "host functions",
+        needs="runtime",
+        sample=(("runtime.py:host_function_launcher", "host_func_launcher"),),
+    ),
+    Step(
+        "pinning",
+        "pin host memory, or declare none",
+        (
+            "pin_memory.py:PINS_HOST_MEMORY",
+            "pin_memory.py:_device_reads_host_memory",
+            "pin_memory.py:host_range_is_pinned",
+            "pin_memory.py:{prefix}PinMemoryBackend.pin_memory",
+            "pin_memory.py:{prefix}PinMemoryBackend.unpin_memory",
+        ),
+        "cudaHostRegister, cudaHostUnregister, cudaPointerGetAttributes "
+        "(aclrtHostRegister, aclrtHostUnregister)",
+        "TestHostMemory, TestNpuPinMemory, TestCudaPinMemory",
+        "pinned memory",
+        needs="pin_memory",
+        sample=(
+            ("pin_memory.py:_device_reads_host_memory", "is_emulator"),
+            ("pin_memory.py:host_range_is_pinned", "host_is_pinned"),
+            ("pin_memory.py:{prefix}PinMemoryBackend.pin_memory", "host_register"),
+            (
+                "pin_memory.py:{prefix}PinMemoryBackend.unpin_memory",
+                "host_unregister",
+            ),
+        ),
+    ),
+    Step(
+        "host-access",
+        "where kernels reach pinned host memory",
+        (
+            "_host_access.py:host_memory_mapped_at_same_address",
+            "_host_access.py:keep_device_address",
+            "_host_access.py:kernel_host_address",
+        ),
+        "cudaHostGetDevicePointer, cudaPointerGetAttributes (aclrtHostRegister's "
+        "devPtr)",
+        "TestHostMemory, TestNativePointerMode",
+        "host access",
+        needs="_host_access",
+        sample=(
+            (
+                "_host_access.py:host_memory_mapped_at_same_address",
+                "host_memory_mapped_at_same_address",
+            ),
+            ("_host_access.py:keep_device_address", "host_device_pointer"),
+            ("_host_access.py:kernel_host_address", "host_is_pinned"),
+        ),
+    ),
+    Step(
+        "ipc-memory",
+        "export, open and close device memory across processes",
+        (
+            "ipc_wrapper.py:_export_handle",
+            "ipc_wrapper.py:_open_handle",
+            "ipc_wrapper.py:_close_handle",
+        ),
+        "cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle; "
+        "{torch}.get_device_properties(i).uuid",
+        "TestIPCWrapper, TestNpuIpcWrapper, TestCudaIpcWrapper",
+        "ipc memory",
+        needs="ipc_wrapper",
+        sample=(
+            ("ipc_wrapper.py:_export_handle", "ipc_export_handle"),
+            ("ipc_wrapper.py:_open_handle", "ipc_open_handle"),
+            ("ipc_wrapper.py:_close_handle", "ipc_close_handle"),
+        ),
+    ),
+    Step(
+        "events",
+        "share events across processes",
+        (
+            "event_ipc.py:{prefix}EventIPCBackend.check_event_support",
+            "event_ipc.py:{prefix}EventIPCBackend._on",
+        ),
+        "{torch}.Event(interprocess=True), event.ipc_handle(), "
+        "{torch}.Event.from_ipc_handle(), {torch}.device(i)",
+        "TestEventIpcOrdering, TestNpuEventIpc, TestMusaEventIpc",
+        "interprocess events",
+        needs="event_ipc",
+    ),
+    Step(
+        "zero-copy",
+        "a tensor over device memory at a pointer",
+        ("device_ops.py:device_tensor",),
+        "Tensor.set_ on torch._C._construct_storage_from_data_pointer (or your "
+        "runtime's own); the device that owns a pointer (cudaPointerGetAttributes)",
+        "TestOpsPointer, TestNpuTensorFromPtr, TestCudaTensorFromPtr",
+        "tensor from ptr",
+        sample=(("device_ops.py:device_tensor", "pointer_device"),),
+    ),
+    Step(
+        "lmcache-driven",
+        "offer LMCache-driven transfer",
+        ("device.py:{prefix}DeviceSpec.is_lmcache_driven_available",),
+        "a cheap probe of what IPC memory and events need (driver, firmware)",
+        "TestLMCacheDriven, TestE2ELMCacheDriven",
+        "transfer modes",
+        needs="ipc_wrapper",
+    ),
+    Step(
+        "kernel-launch",
+        "launch kernels on a stream",
+        (
+            "native_ops.py:_launches_kernels",
+            "native_ops.py:_launch_on",
+            "native_ops.py:lmcache_memcpy_async",
+            "_kernels.cpp:Launch",
+        ),
+        "cudaLaunchKernel, aclrtLaunchKernel on the current stream (the "
+        "emulator's kernel_launcher); the device that owns a pointer",
+        "TestNativeOps, TestNativeTransfers",
+        "native ops",
+        needs="native_ops",
+        sample=(
+            ("native_ops.py:_launches_kernels", "kernel_launcher"),
+            ("native_ops.py:_launch_on", "kernel_launcher"),
+            ("native_ops.py:lmcache_memcpy_async", "pointer_device"),
+        ),
+    ),
+    Step(
+        "kernels",
+        "your device kernels",
+        (
+            "native_ops.py",
+            "native_ops.py:NATIVE_KV_FORMATS",
+            "_native_plan.py",
+            "_kernels.cpp",
+            "_kernels.cpp:Translate",
+            "device_ops.py:{prefix}DeviceOps.ensure_native",
+            "device_ops.py:{prefix}DeviceOps.multi_layer_block_kv_transfer",
+            "tests/test_sample_kernels.py",
+        ),
+        "your copy kernels or DMA descriptors, on device addresses (no address "
+        "translator: the emulator's kernel_address_translator)",
+        "TestNativeTransfers, TestNativePointerMode, TestOpsParity",
+        "native copy",
+        sample=(("native_ops.py:_launch_on", "kernel_address_translator"),),
+    ),
+)
+
+
+def step(key: str) -> Step:
+    """The step ``key``."""
+    (found,) = [s for s in STEPS if s.key == key]
+    return found
+
+
+def site_file(site: str) -> str:
+    """The file of a site, relative to the package (``tests/...``: the render's)."""
+    return site.partition(":")[0]
+
+
+def site_name(site: str, prefix: str = "") -> str:
+    """The name within the file of a site ('' for the module or file itself)."""
+    return site.partition(":")[2].replace("{prefix}", prefix)

@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``doctor --port``: each ladder step's state, from its proof and the plugin's code."""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from collections.abc import Callable
+
+# Third Party
+import pytest
+
+# First Party
+from lmcache_device_kit import backend as kit_backend
+from lmcache_device_kit.doctor import port
+from lmcache_device_kit.doctor.ladder import STEPS, TEST_FACILITIES
+from lmcache_device_kit.doctor.report import Report
+
+#: The sample's runtime.py, as far as the ladder reads it.
+SAMPLE_RUNTIME = '''
+import torch
+
+def bind_thread_context(device=None):
+    """TODO(vendor): bind your runtime's context."""
+
+def host_function_launcher():
+    """TODO(vendor): your runtime's cudaLaunchHostFunc, or None."""
+    launcher = getattr(torch.cpu, "host_func_launcher", None)
+    return None if launcher is None else int(launcher())
+
+def after_stream_work(stream_handle, publish):
+    torch.cpu.synchronize_stream_handle(stream_handle)
+    publish()
+'''
+#: The same, ported to a runtime without host functions.
+PORTED_RUNTIME = SAMPLE_RUNTIME.replace(
+    'launcher = getattr(torch.cpu, "host_func_launcher", None)', "launcher = None"
+)
+
+
+@pytest.fixture
+def plugin(
+    fake_plugin: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str], str]:
+    """``plugin(runtime_source)``: a plugin with that runtime.py, made current."""
+    made = iter(range(100))
+
+    def make(runtime: str) -> str:
+        name = fake_plugin(
+            f"kit_test_port{next(made)}",
+            {
+                "_lmcache_compat.py": 'CLASS_PREFIX = "Bar"\n',
+                "runtime.py": runtime,
+            },
+        )
+        monkeypatch.setenv(kit_backend.PACKAGE_ENV_VAR, name)
+        kit_backend.current.cache_clear()
+        return name
+
+    return make
+
+
+def steps_by_key() -> dict[str, object]:
+    return {step.key: step for step in STEPS}
+
+
+def test_a_site_that_still_calls_the_emulators_function_holds_the_sample(
+    plugin: Callable[[str], str],
+) -> None:
+    """The sample is told from the plugin's installed source: a site that names the
+    emulator-only call; the ported site does not."""
+    host_functions = steps_by_key()["host-functions"]
+    plugin(SAMPLE_RUNTIME)
+    assert port.holds_sample(host_functions) == [  # type: ignore[arg-type]
+        "host_function_launcher calls torch.cpu.host_func_launcher"
+    ]
+    plugin(PORTED_RUNTIME)
+    assert port.holds_sample(host_functions) == []  # type: ignore[arg-type]
+
+
+def test_without_the_device_sample_steps_are_not_ported_yet_and_the_rest_fail(
+    plugin: Callable[[str], str],
+) -> None:
+    """No device (no spec): a step holding the sample reads "not ported yet"; one
+    without sample code fails with the failing check's fix; a step the plugin has
+    no module for is left off; the ladder does not pass."""
+    plugin(SAMPLE_RUNTIME)
+    checks = Report()
+    checks.add("torch extension", False, "import torch_bar failed", "install it")
+    ladder = port.climb(None, checks)
+    lines = {c.name.split(". ", 1)[1]: c for c in ladder.checks}
+    assert list(lines) == [
+        "find the device",
+        "bind a context on LMCache's threads",
+        "a stream's native handle",
+        "wait for a stream's work by its handle",
+        "a C host function on a stream, or none",
+        "a tensor over device memory at a pointer",
+        "your device kernels",
+    ]
+    assert lines["wait for a stream's work by its handle"].pending
+    assert lines["a C host function on a stream, or none"].pending
+    device = lines["find the device"]
+    assert not device.ok and not device.pending and "install it" in device.fix
+    assert not ladder.ok
+
+
+def test_the_ladder_names_each_emulator_call_a_sample_makes_once_per_site() -> None:
+    """Every sample call names a site of the ladder; test facilities are not calls."""
+    sites = {site for step in STEPS for site in step.sites}
+    calls = {call for step in STEPS for _, call in step.sample}
+    assert {site for step in STEPS for site, _ in step.sample} <= sites
+    assert not calls & TEST_FACILITIES
+    assert len({step.key for step in STEPS}) == len(STEPS)
