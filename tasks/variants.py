@@ -73,7 +73,7 @@ OLDER_RELEASE_VARIANTS = [REPRESENTATIVE, "engine-driven"]
 PRERELEASE_VARIANTS = [REPRESENTATIVE]
 #: The variant whose suite runs through the rendered project's own noxfile (as its CI workflow calls it).
 VENDOR_NOXFILE = "engine-driven"
-#: Combinations the pre-generation hook refuses (tests/test_hooks.py proves each refusal).
+#: Combinations the answer checks refuse (hooks/answer_rules.py; tests/test_hooks.py proves each refusal).
 REFUSED = {("in_tree", "yes"): "in-tree native ops belong in LMCache's own csrc/ build"}
 _IDS = {
     "lmcache_driven": {"no": "engine_driven", "opt_in": "lmcache_driven_opt_in", "default": "lmcache_driven_default"},

@@ -1,9 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Answers that cannot render a working plugin are refused, with the fix, and leave nothing on disk."""
+"""Answers that cannot render a working plugin are refused, with the fix, and leave nothing on disk.
+
+``--no-input`` runs here (a person typing: tests/test_prompts.py). The rules are hooks/answer_rules.py; the
+refusal ends on one command that renders, which each test runs as printed.
+"""
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +37,7 @@ REFUSED = [
     (["torch_extension_module=torch-foo"], "torch_extension_module='torch-foo' must be an importable module name", "'torch_acme'"),
     (["import_package=lmcache"], "import_package='lmcache' would shadow the real lmcache", "'lmcache_<device>'"),
     (["project_slug=lmcache foo"], "project_slug='lmcache foo' must be", "'lmcache-acme-device'"),
-    (["project_slug=parent/lmcache-foo"], "project_slug='parent/lmcache-foo' must be one directory name", "'lmcache-acme-device'"),
+    (["project_slug=parent/lmcache-foo"], "project_slug='parent/lmcache-foo' must be a distribution name", "project_slug='parent-lmcache-foo'"),
     (["project_slug=Lmcache_Foo"], "project_slug='Lmcache_Foo' must be a distribution name", "'lmcache-acme-device'"),
     (["class_prefix=foo"], "class_prefix='foo' must be a CamelCase identifier", "'Acme'"),
     (["author_email=nobody"], "author_email='nobody' must look like", "name@example.com"),
@@ -40,48 +47,64 @@ REFUSED = [
     (["torch_extension_module="], "emulator='yes' with an empty torch_extension_module", "torch_extension_module='torch_foo'"),
     (["ownership=in_tree", "native_ops=yes"], "ownership='in_tree' with native_ops='yes'", "Set native_ops='no'"),
     (["ownership=in_tree", "license=MIT"], "LMCache, which is Apache-2.0 licensed", "Set license='Apache-2.0'"),
-    (["ownership=in_tree", "lmcache_driven=default", "device_name=cpu_shm"], "which LMCache's ipc_wire.py already uses (cpu_shm (0.5.6)", "backend_name='acme_cpu_shm'"),
+    (["ownership=in_tree", "lmcache_driven=default", "device_name=cpu_shm"], "which LMCache's ipc_wire.py already uses (cuda (0.5.6), cuda_raw (0.5.6), cuda_vmm (0.5.6), cpu_shm (0.5.6)", "backend_name='acme_cpu_shm'"),
 ]
 
 
 @pytest.mark.parametrize(("answers", "problem", "fix"), REFUSED, ids=["+".join(a)[:40] for a, _, _ in REFUSED])
 def test_bad_answer_is_refused_with_the_fix_and_nothing_is_written(render_cli: RenderCli, answers: list[str], problem: str, fix: str) -> None:
-    """The hook exits non-zero, says what is wrong and what to type, and the output directory stays empty."""
+    """The run exits non-zero, says what is wrong and what to type, and the output directory stays empty; it ends
+    on one command, no traceback, and that command, pasted, renders."""
     done, out = render_cli(*answers)
     said = done.stderr + done.stdout
     assert done.returncode != 0
     assert problem in said and fix in said, said
-    assert "Nothing was written" in said
+    assert "Nothing was written" in said and "Traceback" not in said
     assert list(out.iterdir()) == []
+    pasted = run_printed_command(said, cwd=out.parent)
+    assert pasted.returncode == 0, pasted.stdout + pasted.stderr
+    assert len(list(out.iterdir())) == 1
+
+
+def run_printed_command(said: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the refusal's one ``cookiecutter ...`` line as printed, with this environment's ``cookiecutter``."""
+    (command,) = [line.strip() for line in said.splitlines() if line.strip().startswith("cookiecutter ")]
+    assert shlex.split(command)[2:].count("--no-input") == 1, command
+    tools = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    env = {**os.environ, "PATH": tools}
+    return subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_every_problem_is_reported_at_once(render_cli: RenderCli) -> None:
-    """Several bad answers give several messages in one run, not one per attempt."""
+    """Several bad answers give several messages in one run, not one per attempt, and a default derived from a
+    bad answer is not reported again (backend_name defaults to device_name)."""
     done, out = render_cli("device_name=cuda", "author_email=x", "version=v1")
     assert done.returncode != 0
-    assert done.stderr.count("  - ") == 4  # device_name, backend_name (defaults to it), email, version
+    assert done.stdout.count("  - ") == 3, done.stdout  # device_name, email, version
+    assert "backend_name" not in done.stdout
+    assert "--no-input device_name=acme_cuda\n" in done.stdout  # the e-mail and version fixes are the defaults
     assert list(out.iterdir()) == []
 
 
 def test_answers_are_data_not_code(render_cli: RenderCli, tmp_path: Path) -> None:
-    """A value carrying quotes and Python is refused as a name; the hook never executes it."""
+    """A value carrying quotes and Python is refused as a name; nothing ever executes it."""
     marker = tmp_path / "PWNED"
     payload = f'foo"""; open({str(marker)!r}, "w").close(); x = """'
     done, out = render_cli(f"device_name={payload}")
     assert done.returncode != 0
-    assert "must be one directory name" in done.stdout + done.stderr
+    assert "must be a lowercase Python identifier" in done.stdout + done.stderr
     assert not marker.exists()
     assert list(out.iterdir()) == []
 
 
-def test_answers_reach_the_hook_as_data_not_code(render_cli: RenderCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A name that would be valid Python code if pasted into the hook is only ever compared, never run."""
+def test_answers_reach_the_checks_as_data_not_code(render_cli: RenderCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name that would be valid Python code if pasted into a script is only ever compared, never run."""
     marker = tmp_path / "PWNED"
     monkeypatch.setenv("PWN_MARKER", str(marker))
     payload = 'foo"""; open(__import__("os").environ["PWN_MARKER"], "w").close(); x = """'
     done, out = render_cli(f"device_name={payload}", "project_slug=lmcache-foo-device", "import_package=lmcache_foo")
     assert done.returncode != 0
-    assert "device_name='foo" in done.stderr and "must be a lowercase Python identifier" in done.stderr
+    assert "device_name='foo" in done.stdout and "must be a lowercase Python identifier" in done.stdout
     assert not marker.exists()
     assert list(out.iterdir()) == []
 
