@@ -102,14 +102,16 @@ def module_refusal(value: str, answers: Mapping[str, Any]) -> Refusal | None:
 
 
 def package_refusal(value: str, answers: Mapping[str, Any]) -> Refusal | None:
-    if not IDENTIFIER.match(value) or keyword.iskeyword(value) or len(value) > MAX_NAME + 8:
-        fix = suggest_identifier(value)
-        return Refusal(f"import_package={value!r} must be a lowercase Python identifier of at most {MAX_NAME + 8} "
-                       f"characters, for example import_package={fix!r}", {"import_package": fix})  # fmt: skip
     if value in ("lmcache", "torch"):
         fix = f"lmcache_{answers['device_name']}"
         return Refusal(f"import_package={value!r} would shadow the real {value}; use 'lmcache_<device>', "
                        f"for example import_package={fix!r}", {"import_package": fix})  # fmt: skip
+    if not IDENTIFIER.match(value) or keyword.iskeyword(value) or len(value) > MAX_NAME + 8:
+        fix = suggest_identifier(value)
+        fix = "lmcache_" + fix if keyword.iskeyword(fix) or fix in ("lmcache", "torch") else fix
+        return Refusal(f"import_package={value!r} must be a lowercase Python identifier of at most {MAX_NAME + 8} "
+                       f"characters and not a keyword, for example import_package={fix!r}",
+                       {"import_package": fix})  # fmt: skip
     return None
 
 

@@ -7,6 +7,7 @@ refusal ends on one command that renders, which each test runs as printed.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -134,3 +135,29 @@ def test_the_combination_each_refusal_suggests_renders(render_cli: RenderCli, an
     done, out = render_cli(*answers)
     assert done.returncode == 0, done.stderr
     assert len(list(out.iterdir())) == 1
+
+
+BAD = {
+    "device_name": ["Acme-NPU", "Acme-NPU2", "9", "class", "cuda", "cuda2", "x" * 40, "", "mps_2"],
+    "backend_name": ["npu", "Acme NPU", "match", "_", "y" * 30],
+    "torch_extension_module": ["torch-foo", "9torch", "a..b", "torch foo"],
+    "project_slug": ["parent/lmcache-foo", "Lmcache_Foo", "../x", "", "a--b"],
+    "import_package": ["lmcache", "torch", "Acme-Pkg", "import", "z" * 40],
+    "class_prefix": ["foo", "9Acme", "Acme-Npu", "", "Q" * 30],
+    "author_name": ["", "   ", "Acme\nCorp"],
+    "author_email": ["nobody", "a@b", "a b@c.d"],
+    "version": ["one", "v1", "1.0-beta"],
+}
+
+
+@pytest.mark.parametrize(("field", "value"), [(field, value) for field, values in BAD.items() for value in values])
+def test_the_value_a_refusal_offers_is_accepted_by_the_same_rule(field: str, value: str) -> None:
+    """Typing what a refusal suggests (the default when the answer is asked again) never gets refused again."""
+    from hooks.answer_rules import field_refusal
+
+    context = json.loads((Path(__file__).resolve().parent.parent / "cookiecutter.json").read_text())
+    answers = {**context, "device_name": "acme", field: value}
+    refusal = field_refusal(field, answers)
+    assert refusal is not None, f"{field}={value!r} was accepted"
+    assert field_refusal(field, {**answers, **refusal.fix}) is None, refusal
+    assert f"{field}={refusal.fix[field]!r}" in refusal.message or refusal.fix[field] in refusal.message, refusal
