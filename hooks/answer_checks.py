@@ -85,17 +85,20 @@ class AnswerChecks(Extension):
         raw = raw[0] if isinstance(raw, list) else raw
         return self.environment.from_string(str(raw)).render(cookiecutter=dict(answers))
 
-    def corrected(self, answers: Mapping[str, Any]) -> tuple[dict[str, Any], list[Refusal]]:
-        """(the answers with every refusal's fix, each default derived again from them; what was refused).
+    def corrected(self, answers: Mapping[str, Any]) -> tuple[dict[str, Any], list[Refusal], set[str]]:
+        """(the answers with every refusal's fix, each default derived again from them; what was refused; the
+        answers given or fixed).
 
         An answer equal to what the template derives from the answers before it was not given: it is derived
         again from the corrected ones, and is not reported on its own (one bad device name, one message)."""
         self.finishing = True  # nobody is asked from here on: the defaults below are only compared
         fixed: dict[str, Any] = {}
         refusals: list[Refusal] = []
+        named: set[str] = set()
         for field in self.questions:
             given = field in answers and answers[field] != self.default(field, answers)
             fixed[field] = answers[field] if given else self.default(field, fixed)
+            named |= {field} if given else set()
             refusal = field_refusal(field, self.facts(fixed))
             if refusal is not None:
                 refusals.append(refusal)
@@ -108,10 +111,11 @@ class AnswerChecks(Extension):
                 break
             for refusal in found:
                 fixed.update(refusal.fix)
-        return fixed, refusals
+        return fixed, refusals, named | {field for refusal in refusals for field in refusal.fix}
 
-    def command(self, answers: Mapping[str, Any], fixed: Mapping[str, Any]) -> str:
-        """The cookiecutter command that renders ``fixed``: the answers that differ from their defaults."""
+    def command(self, answers: Mapping[str, Any], fixed: Mapping[str, Any], named: set[str]) -> str:
+        """The cookiecutter command that renders ``fixed``: the answers given or fixed (``named``), and any other
+        that differs from its default."""
         words = ["cookiecutter", str(answers.get("_template") or TEMPLATE_ROOT)]
         if answers.get("_checkout"):
             words += ["--checkout", str(answers["_checkout"])]
@@ -119,16 +123,17 @@ class AnswerChecks(Extension):
         if output and Path(output) != Path(os.getcwd()):
             words += ["-o", str(output)]
         words.append("--no-input")
-        words += [f"{field}={fixed[field]}" for field in self.questions if fixed[field] != self.default(field, fixed)]
+        words += [f"{field}={fixed[field]}" for field in self.questions
+                  if field in named or fixed[field] != self.default(field, fixed)]  # fmt: skip
         return " ".join(shlex.quote(word) for word in words)
 
     def accepted_project_dir(self, answers: Mapping[str, Any]) -> str:
         """The project directory's name, once every answer and combination is accepted; else stop, naming the fix."""
-        fixed, refusals = self.corrected(answers)
+        fixed, refusals, named = self.corrected(answers)
         if not refusals:
             return str(answers["project_slug"])
         lines = ["lmcache-device-template: cannot render with these answers:"]
         lines += [f"  - {refusal.message}" for refusal in refusals]
         lines += ["Nothing was written. This command renders, with those fixes and your other answers:",
-                  f"  {self.command(answers, fixed)}"]  # fmt: skip
+                  f"  {self.command(answers, fixed, named)}"]  # fmt: skip
         raise FailedHookException("\n".join(lines))

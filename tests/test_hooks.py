@@ -83,7 +83,7 @@ def test_every_problem_is_reported_at_once(render_cli: RenderCli) -> None:
     assert done.returncode != 0
     assert done.stdout.count("  - ") == 3, done.stdout  # device_name, email, version
     assert "backend_name" not in done.stdout
-    assert "--no-input device_name=acme_cuda\n" in done.stdout  # the e-mail and version fixes are the defaults
+    assert "--no-input device_name=acme_cuda author_email=lmcache-acme-cuda@example.com version=0.1.0\n" in done.stdout
     assert list(out.iterdir()) == []
 
 

@@ -107,7 +107,8 @@ def test_a_refusal_left_at_the_end_prints_one_command_that_renders_and_no_traceb
     assert list(out.iterdir()) == [], "a refused run left files behind"
     commands = [line.strip() for line in transcript.splitlines() if line.strip().startswith("cookiecutter ")]
     assert len(commands) == 1, transcript
-    assert commands[0].endswith("--no-input device_name=acme ownership=in_tree 'author_name=Acme Corp.'"), commands
+    assert commands[0].endswith("--no-input device_name=acme native_ops=no ownership=in_tree 'author_name=Acme Corp.' "
+                                "license=Apache-2.0"), commands  # fmt: skip
 
     tools = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # where pip put ``cookiecutter``
     pasted = subprocess.run(commands[0], shell=True, cwd=tmp_path, env={**os.environ, "PATH": tools},
