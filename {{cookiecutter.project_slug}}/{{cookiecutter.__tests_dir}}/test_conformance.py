@@ -43,6 +43,7 @@ from lmcache_device_kit.conformance import (
     ops_parity,
     ops_pointers,
     registry_faults,
+    runtime_calls,
     stream_order,
 )
 
@@ -160,4 +161,8 @@ class TestInjectedFaults(injected_faults.BaseInjectedFaultsTests):
 
 
 class TestInjectedServerFaults(injected_faults.BaseInjectedServerFaultsTests):
+    pass
+
+
+class TestRuntimeCalls(runtime_calls.BaseRuntimeCallsTests):
     pass
