@@ -76,10 +76,10 @@ def record(name: str, depth: int = 1, absent: bool = False) -> None:
             os.close(fd)
 
 
-def _recorded_attributes(cls: type, prefix: str) -> None:
+def _recorded_attributes(cls: Any, prefix: str) -> None:
     """Record every public attribute read on instances of ``cls`` as
     ``<prefix>.<name>``, and its class methods' calls."""
-    read = cls.__getattribute__
+    read: Any = cls.__getattribute__
 
     def __getattribute__(self: Any, name: str) -> Any:
         try:
@@ -92,10 +92,11 @@ def _recorded_attributes(cls: type, prefix: str) -> None:
             record(f"{prefix}.{name}")
         return value
 
-    cls.__getattribute__ = __getattribute__  # type: ignore[method-assign]
+    cls.__getattribute__ = __getattribute__
     for name, member in list(vars(cls).items()):
         if isinstance(member, classmethod) and not name.startswith("_"):
-            setattr(cls, name, classmethod(_recorded(member.__func__, f"{prefix}.{name}")))
+            recorded = _recorded(member.__func__, f"{prefix}.{name}")
+            setattr(cls, name, classmethod(recorded))
 
 
 def _recorded(function: Any, name: str) -> Any:
@@ -139,8 +140,9 @@ def watch(module: types.ModuleType) -> None:
     if not os.environ.get(RECORD_ENV_VAR):
         return
     os.makedirs(os.environ[RECORD_ENV_VAR], exist_ok=True)
-    properties = module.get_device_properties
-    module.get_device_properties = lambda *args, **kwargs: _Properties(
+    device: Any = module
+    properties = device.get_device_properties
+    device.get_device_properties = lambda *args, **kwargs: _Properties(
         **vars(properties(*args, **kwargs))
     )
     event_new = _streams.Event.__new__
