@@ -12,6 +12,7 @@ which carries its own tests in LMCache's style, as the template writes it).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -38,7 +39,15 @@ from tasks.project import (
     typechecked_meanwhile,
 )
 from tasks.readme import run_install_and_server, summary, tests_command
-from tasks.suite import Outcome, count, run_canary, run_contract, run_in_tree_suites, run_suite
+from tasks.suite import (
+    Outcome,
+    check_runtime_calls,
+    count,
+    run_canary,
+    run_contract,
+    run_in_tree_suites,
+    run_suite,
+)
 from tasks.variants import (
     EMULATOR_RUNTIMES,
     NEWEST,
@@ -133,8 +142,16 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
         outcome.also_seconds = time.monotonic() - begun - outcome.seconds  # doctor --api, LMCache's own tests
         return outcome
     command = tests_command(project, kit, env) if env.release == NEWEST else None
+    # who calls what on torch.<device> in the suite, recorded by the emulator (its _record.py), checked against the
+    # kit's list below: the representative variant's suite drives LMCache both ways and the native ops (the main
+    # job: the newest release, the one the README's list follows)
+    record = work / "runtime-calls" if emulator and name == REPRESENTATIVE and env.release == NEWEST else None
+    suite_env = env_vars | ({f"{ctx['__emulator_env_var']}_RECORD": str(record)} if record else {})
+    shutil.rmtree(record or work / "none", ignore_errors=True)
     begun = time.monotonic()
-    outcome = run_suite(session, env, [tests], work, env_vars, device_present=emulator, command=command)
+    outcome = run_suite(session, env, [tests], work, suite_env, device_present=emulator, command=command)
+    if record:
+        session.log(check_runtime_calls(session, env, record, ctx["__package"]))
     if command:
         readme_ran["tests"] = time.monotonic() - begun
         session.log(summary((project / "README.md").read_text(), readme_ran))

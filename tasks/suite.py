@@ -199,3 +199,12 @@ def run_canary(
     outcome.also = (f"canary: doctor --api ✓, LMCache's own tests ({' + '.join(suites or ('platform',))}): "
                     f"{sum(o.passed for o in contract)} passed, {sum(o.skipped for o in contract)} skipped")  # fmt: skip
     return outcome
+
+
+def check_runtime_calls(session: nox.Session, env: ReleaseEnv, record: Path, package: str) -> str:
+    """The calls LMCache and the plugin ``package`` made on ``torch.<device>`` in a run the emulator recorded into
+    ``record``: each must be on the kit's list (``lmcache_device_kit/runtime_calls.py``, the README's), else the
+    session fails naming it. Returns the summary line (and the listed calls the run did not make)."""
+    said = env.run_logged(session, record.parent / "runtime-calls.log", "python", "-m",
+                          "lmcache_device_kit.runtime_calls", str(record), package)  # fmt: skip
+    return said.strip()

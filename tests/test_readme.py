@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from hooks.runtime_calls import kit_runtime_calls
 from tasks.readme import RUNS, block_problems, blocks, runs
 from tasks.variants import matrix
 
@@ -68,3 +69,30 @@ def test_the_readme_install_block_finds_the_wheel_the_build_block_makes_pure_or_
     (pattern,) = re.findall(r'"\$\(ls (dist/[^)]+)\)\[test\]"', runs(readme)["install"].text)
     assert fnmatch.fnmatch(f"dist/{wheel}", pattern), pattern
     assert "python -m build --wheel --no-isolation" in runs(readme)["build"].text
+
+
+def readme_runtime_calls(readme: str) -> tuple[list[str], list[str]]:
+    """The calls the README's table lists (its first column), and those its sample sentence names."""
+    lines = readme.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("| call on `torch.")) + 2
+    end = next(n for n in range(start, len(lines)) if not lines[n].startswith("| "))
+    table = [line.removeprefix("| `").split("`")[0] for line in lines[start:end]]
+    sentence = readme[readme.index("The sample code also calls the emulator's own runtime calls") :].split("\n\n")[0]
+    return table, re.findall(r"^`([^`]+)` \(", sentence, re.M)
+
+
+@pytest.mark.parametrize(("lmcache_driven", "native_ops"), [("no", "no"), ("default", "yes")])
+def test_the_readme_lists_exactly_the_kits_runtime_calls_for_the_renders_parts(
+    render: Callable[..., Path], lmcache_driven: str, native_ops: str
+) -> None:
+    """The torch-backend calls a vendor's runtime must give are the kit's list (the one the emulator, the doctor
+    and the recorded run are held to), for the parts this render has: an LMCache-driven render's include the base
+    IPC wrapper's ``get_device_properties().uuid`` and the interprocess events, an engine-only render's do not."""
+    calls = kit_runtime_calls().for_plugin(lmcache_driven != "no", native_ops == "yes")
+    table, samples = readme_runtime_calls((render(lmcache_driven=lmcache_driven, native_ops=native_ops)
+                                           / "README.md").read_text())  # fmt: skip
+    assert table == [call.name for call in calls if call.kind != "sample"]
+    assert samples == [call.name for call in calls if call.kind == "sample"]
+    driven = {"get_device_properties().uuid", "Event(interprocess=True)", "Event.ipc_handle", "Event.from_ipc_handle"}
+    assert driven <= set(table) if lmcache_driven != "no" else not driven & set(table)
+    assert {"Stream", "device_count", "torch.empty(..., pin_memory=True)"} <= set(table)

@@ -44,6 +44,7 @@ from lmcache_device_kit.conformance import (
     ops_parity,
     ops_pointers,
     registry_faults,
+    runtime_calls,
     stream_order,
 )
 
@@ -169,4 +170,8 @@ class TestInjectedFaults(injected_faults.BaseInjectedFaultsTests):
 
 
 class TestInjectedServerFaults(injected_faults.BaseInjectedServerFaultsTests):
+    pass
+
+
+class TestRuntimeCalls(runtime_calls.BaseRuntimeCallsTests):
     pass

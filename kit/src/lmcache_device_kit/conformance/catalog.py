@@ -43,6 +43,7 @@ from lmcache_device_kit.conformance import (
     ops_parity,
     ops_pointers,
     registry_faults,
+    runtime_calls,
     stream_order,
 )
 from lmcache_device_kit.conformance.base import ConformanceTests
@@ -80,6 +81,7 @@ BASES: tuple[type[ConformanceTests], ...] = (
     faults.BaseFaultsTests,
     injected_faults.BaseInjectedFaultsTests,
     injected_faults.BaseInjectedServerFaultsTests,
+    runtime_calls.BaseRuntimeCallsTests,
 )
 
 

@@ -248,3 +248,31 @@ def _available(spec: Any) -> bool:
         return bool(spec.is_available())
     except Exception:  # noqa: BLE001
         return False
+
+
+def check_runtime_calls(report: Report, spec: Any) -> bool:
+    """Each call LMCache and the plugin make on ``torch.<device>`` (the kit's
+    ``runtime_calls``, the README's list) present on the device, and working where
+    it takes no argument."""
+    # Local
+    from ..runtime_calls import for_plugin
+    from ..runtime_probe import problems
+
+    backend = current()
+    calls = for_plugin(bool(spec.is_lmcache_driven_available()), native_ops=False)
+    required = sum(call.kind == "backend" and not call.optional for call in calls)
+    wrong = problems(backend.torch_module(), calls)
+    module = f"torch.{backend.torch_module_name}"
+    if wrong:
+        return report.add(
+            "runtime calls",
+            False,
+            f"{len(wrong)} of {required} calls on {module} fail: " + " | ".join(wrong),
+            f"give each in the PyTorch backend of {module} (README: the list of "
+            "calls LMCache and this plugin make)",
+        )
+    return report.add(
+        "runtime calls",
+        True,
+        f"the {required} calls LMCache and the plugin make on {module} work",
+    )

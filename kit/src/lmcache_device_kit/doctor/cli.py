@@ -45,6 +45,7 @@ from .checks import (
     check_import_lmcache,
     check_lmcache_version,
     check_ops,
+    check_runtime_calls,
     check_selection,
     check_torch_device,
     check_transfer_modes,
@@ -110,6 +111,7 @@ def run_checks(
     if pins_host_memory():
         check_pinning(report, spec)
     check_transfer_modes(report, spec, compat)
+    check_runtime_calls(report, spec)
     if server:
         # Local
         from .live import check_server

@@ -28,7 +28,8 @@ Must not import torch or the rest of the emulator at top level: torch's
 autoloading imports this package from inside ``import torch``. ``load()``
 imports ``_device.py`` (the backend and the module it installs as
 ``torch.{{ cookiecutter.__torch_module_name }}``); ``_cache.py`` says where the
-compiled backend is kept.
+compiled backend is kept; ``_record.py`` records who calls what on the device
+module, where ``{{ cookiecutter.__emulator_env_var }}_RECORD`` asks for it.
 
 Device memory (``csrc/memory.cpp``) is not host-addressable: ``data_ptr()`` is
 a device address, and a host read or write of it crashes with a message naming

@@ -26,7 +26,7 @@ import uuid
 import torch
 
 # Local
-from . import _streams
+from . import _record, _streams
 from ._cache import cache_root
 from ._streams import device_index
 
@@ -273,6 +273,7 @@ def _install() -> types.ModuleType:
         del members["host_func_launcher"]
     for name, value in members.items():
         setattr(module, name, value)
+    _record.watch(module)  # with RECORD_ENV_VAR only
     torch.utils.rename_privateuse1_backend(DEVICE_NAME)
     torch._register_device_module("{{ cookiecutter.__torch_module_name }}", module)
     torch.utils.generate_methods_for_privateuse1_backend(
