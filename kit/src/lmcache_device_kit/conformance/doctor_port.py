@@ -23,7 +23,8 @@ from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.base import ConformanceTests
 from lmcache_device_kit.conformance.doctor import doctor
 from lmcache_device_kit.doctor import port
-from lmcache_device_kit.doctor.ladder import STEPS, TEST_FACILITIES
+from lmcache_device_kit.doctor.ladder import STEPS
+from lmcache_device_kit.runtime_calls import EMULATOR_ONLY
 
 
 def ladder(*env: tuple[str, str]) -> tuple[int, dict[str, dict[str, Any]]]:
@@ -103,7 +104,7 @@ class BaseDoctorPortTests(ConformanceTests):
         import torch
 
         module = getattr(torch, kit_backend.current().torch_module_name)
-        only_here = set(vars(module)) - set(dir(torch.cuda)) - TEST_FACILITIES
+        only_here = set(vars(module)) - set(dir(torch.cuda)) - set(EMULATOR_ONLY)
         on_ladder = {call for step in STEPS for _, call in step.sample}
         assert sorted(only_here - on_ladder) == []
 

@@ -16,7 +16,9 @@ module-level constant; ``{prefix}`` is the plugin's class prefix), with the file
 relative to the package (``tests/...``: the render's tests). ``sample`` pairs a
 Python site with a ``torch.<device>`` call only the CPU emulator has, which the
 sample's code at that site makes: while the installed site still names it, the
-step holds the sample's code (``port.holds_sample``).
+step holds the sample's code (``port.holds_sample``). Those calls are the ``sample``
+calls of the kit's runtime list (``runtime_calls.CALLS``), which says what each is
+on CUDA or NPU; the kit's tests hold the two to the same names.
 """
 
 # Future
@@ -24,10 +26,6 @@ from __future__ import annotations
 
 # Standard
 from dataclasses import dataclass
-
-#: What the CPU emulator's ``torch.<device>`` has beyond a device module of torch
-#: (``dir(torch.cuda)``) that is a test facility, never a runtime call to port.
-TEST_FACILITIES = frozenset({"hold_stream", "inject_faults", "ipc_mappings"})
 
 
 @dataclass(frozen=True)
