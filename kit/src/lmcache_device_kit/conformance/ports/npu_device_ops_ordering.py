@@ -53,6 +53,7 @@ from lmcache_device_kit.conformance.ports.common import (
     package,
     runtime_name,
 )
+from lmcache_device_kit.conformance.streams import held
 
 #: A copy large enough to take milliseconds on the device (the recorder takes µs).
 NUMEL = 1 << 24
@@ -163,10 +164,14 @@ class BaseNpuDeviceOpsOrderingTests(PortTests):
         target = torch.zeros(1 << 16, dtype=torch.float32, device=f"{device_type()}:1")
         emulator.inject_faults("device_lost")
         try:
-            with emulator.stream(stream):
-                target.copy_(torch.ones(1 << 16), non_blocking=True)
-            with pytest.raises(RuntimeError, match="device_lost"):
+            # held: the copy fails the stream after the completion is queued behind
+            # it, as on NPU (unheld, a busy host ran the copy first, and the launch
+            # itself was refused: a different failure, and a flaky test)
+            with held(stream):
+                with emulator.stream(stream):
+                    target.copy_(torch.ones(1 << 16), non_blocking=True)
                 ops.record_completion_on_stream(handle, "finish_write", b"payload")
+            with pytest.raises(RuntimeError, match="device_lost"):
                 stream.synchronize()
         finally:
             emulator.inject_faults()
