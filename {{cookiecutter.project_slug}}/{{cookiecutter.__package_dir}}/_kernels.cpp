@@ -43,9 +43,12 @@ using Launch = int (*)(int64_t stream, void (*kernel)(void*), void* args);
 // kernels run on the host and reach device memory through its translator, which
 // refuses an access outside base's allocation as a device's MMU does, and host
 // memory the device could not reach (pageable, or pinned but given at its host
-// address where the device maps it elsewhere: _host_access.py).
+// address where the device maps it elsewhere: _host_access.py). `access` tells
+// the emulator's counters what the kernel does with the bytes (it pairs the
+// bytes copied from with those copied to, by direction).
 // TODO(vendor): drop it: your kernels dereference device addresses on the device.
-using Translate = void* (*)(int64_t base, int64_t offset, int64_t nbytes);
+using Translate = void* (*)(int64_t base, int64_t offset, int64_t nbytes, int64_t access);
+constexpr int64_t kReads = 0, kCopiesFrom = 1, kCopiesTo = 2;
 
 void launch(int64_t launcher, int64_t stream, void (*kernel)(void*), void* args, void (*discard)(void*)) {
   TORCH_CHECK(launcher != 0, "no kernel launcher given");
@@ -70,15 +73,15 @@ struct BlockCopy {
 
 // Where one block of (plane k, layer l, flat position p) is, in the paged layer
 // and in the chunk object; each access translated on its own, so the emulator
-// checks it against its allocation.
-char* paged_block(const BlockCopy& a, const int64_t* ids, int64_t k, int64_t l, int64_t p) {
+// checks it against its allocation. `access`: copied from or to.
+char* paged_block(const BlockCopy& a, const int64_t* ids, int64_t k, int64_t l, int64_t p, int64_t access) {
   return static_cast<char*>(
-      a.at(a.layer_bases[l], k * a.plane_stride_bytes + ids[p] * a.block_stride_bytes, a.block_bytes));
+      a.at(a.layer_bases[l], k * a.plane_stride_bytes + ids[p] * a.block_stride_bytes, a.block_bytes, access));
 }
-char* chunk_block(const BlockCopy& a, int64_t k, int64_t l, int64_t p) {
+char* chunk_block(const BlockCopy& a, int64_t k, int64_t l, int64_t p, int64_t access) {
   const auto layers = static_cast<int64_t>(a.layer_bases.size());
   const int64_t slot = (k * layers + l) * a.chunk_blocks + p % a.chunk_blocks;
-  return static_cast<char*>(a.at(a.object_bases[p / a.chunk_blocks], slot * a.block_bytes, a.block_bytes));
+  return static_cast<char*>(a.at(a.object_bases[p / a.chunk_blocks], slot * a.block_bytes, a.block_bytes, access));
 }
 
 void block_copy_kernel(void* raw) {
@@ -86,7 +89,7 @@ void block_copy_kernel(void* raw) {
   const int64_t num_layers = static_cast<int64_t>(a->layer_bases.size());
   const int64_t* ids = a->block_ids.data();
   if (a->ids_address != 0) {
-    ids = static_cast<const int64_t*>(a->at(a->ids_address, 0, a->positions * 8));
+    ids = static_cast<const int64_t*>(a->at(a->ids_address, 0, a->positions * 8, kReads));
     // A device kernel cannot raise on the host: a bad id fails the stream (CUDA's
     // sticky error), and the next synchronization raises this.
     for (int64_t p = a->skip; p < a->positions; ++p)
@@ -97,8 +100,8 @@ void block_copy_kernel(void* raw) {
   for (int64_t k = 0; k < a->planes; ++k) {
     for (int64_t l = 0; l < num_layers; ++l) {
       for (int64_t p = a->skip; p < a->positions; ++p) {
-        char* paged = paged_block(*a, ids, k, l, p);
-        char* chunk = chunk_block(*a, k, l, p);
+        char* paged = paged_block(*a, ids, k, l, p, a->to_objects ? kCopiesFrom : kCopiesTo);
+        char* chunk = chunk_block(*a, k, l, p, a->to_objects ? kCopiesTo : kCopiesFrom);
         std::memcpy(a->to_objects ? chunk : paged, a->to_objects ? paged : chunk, static_cast<size_t>(a->block_bytes));
       }
     }
@@ -151,7 +154,8 @@ struct CopyBytes {
 
 void copy_bytes_kernel(void* raw) {
   std::unique_ptr<CopyBytes> a(static_cast<CopyBytes*>(raw));
-  std::memcpy(a->at(a->dest, 0, a->nbytes), a->at(a->src, 0, a->nbytes), static_cast<size_t>(a->nbytes));
+  std::memcpy(a->at(a->dest, 0, a->nbytes, kCopiesTo), a->at(a->src, 0, a->nbytes, kCopiesFrom),
+              static_cast<size_t>(a->nbytes));
 }
 
 void copy_bytes(int64_t launcher, int64_t stream, int64_t translator, int64_t dest, int64_t src, int64_t nbytes) {

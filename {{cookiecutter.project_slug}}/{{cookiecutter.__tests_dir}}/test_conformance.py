@@ -31,6 +31,7 @@ from lmcache_device_kit.conformance import (
     e2e_engine_driven,
     e2e_hybrid,
     e2e_lmcache_driven,
+    emulator_counters,
     faults,
     host_memory,
     injected_faults,
@@ -170,6 +171,14 @@ class TestInjectedFaults(injected_faults.BaseInjectedFaultsTests):
 
 
 class TestInjectedServerFaults(injected_faults.BaseInjectedServerFaultsTests):
+    pass
+
+
+class TestEmulatorCounters(emulator_counters.BaseEmulatorCountersTests):
+    pass
+
+
+class TestEmulatorCounterFiles(emulator_counters.BaseEmulatorCounterFilesTests):
     pass
 
 

@@ -149,7 +149,7 @@ CALLS = (
 #: The emulator's other members, which neither LMCache nor the plugin calls: the
 #: kit's test facilities, and torch's own calls (``torch.manual_seed``, forks).
 EMULATOR_ONLY = (
-    "hold_stream", "inject_faults", "ipc_mappings", "is_initialized",
+    "counters", "hold_stream", "inject_faults", "ipc_mappings", "is_initialized",
     "manual_seed", "manual_seed_all", "_is_in_bad_fork",
 )  # fmt: skip
 

@@ -30,6 +30,7 @@ from lmcache_device_kit.conformance import (
     e2e_engine_driven,
     e2e_hybrid,
     e2e_lmcache_driven,
+    emulator_counters,
     faults,
     host_memory,
     injected_faults,
@@ -81,6 +82,8 @@ BASES: tuple[type[ConformanceTests], ...] = (
     faults.BaseFaultsTests,
     injected_faults.BaseInjectedFaultsTests,
     injected_faults.BaseInjectedServerFaultsTests,
+    emulator_counters.BaseEmulatorCountersTests,
+    emulator_counters.BaseEmulatorCounterFilesTests,
     runtime_calls.BaseRuntimeCallsTests,
 )
 

@@ -47,6 +47,11 @@ Faults (``csrc/faults.cpp``, ``FAULTS_ENV_VAR``, ``inject_faults``): out of
 memory, a failed IPC open, a refused host registration, a device lost in the
 middle of a transfer.
 
+Counters (``_counters.py``, ``csrc/counters.cpp``, ``counters()``): bytes copied by
+direction, copies, kernel launches, device ops, host synchronizations, queries, host
+functions, IPC opens and closes, exact, per process; in a file other processes read
+where ``{{ cookiecutter.__emulator_env_var }}_COUNTERS`` names a directory.
+
 Limits: there are no DMA engines or timing, and RNG is the CPU generator.
 """
 

@@ -26,7 +26,7 @@ import uuid
 import torch
 
 # Local
-from . import _record, _streams
+from . import _counters, _record, _streams
 from ._cache import cache_root
 from ._streams import device_index
 
@@ -264,6 +264,7 @@ def _install() -> types.ModuleType:
         "host_memory_mapped_at_same_address": not host_aliases,
         "inject_faults": inject_faults,
         "ipc_mappings": lambda: len(_ext.ipc_imports()),
+        "counters": _counters.counters,
         "manual_seed": _manual_seed,
         "manual_seed_all": _manual_seed,
         "_is_in_bad_fork": lambda: False,
@@ -289,5 +290,6 @@ def load() -> types.ModuleType:
     if _ext is None:
         _ext = _load_extension()
         _streams.bind(_ext)
+        _counters.bind(_ext)
         atexit.register(_report_open_mappings)
     return _install()

@@ -132,6 +132,7 @@ void clear_stream_failures();  // every stream of every device healthy again
 void wait_ticket(Worker* worker,
                  uint64_t ticket);  // raises the stream's first failure, if any
 void synchronize_worker(Worker* worker);           // everything enqueued so far
+void host_synchronize(Worker* worker);  // the same, asked by the host: counted
 void synchronize_device(c10::DeviceIndex device);  // every stream of the device
 void set_latency_us(int64_t latency_us);
 void without_gil(const std::function<void()>&
@@ -163,10 +164,26 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> event_ipc_handle(
 int64_t event_open(int64_t pid, int64_t fd, int64_t inode, int64_t index,
                    int64_t generation);
 
+// ---------------------------------------------------------------- counters --
+// What the emulator does on behalf of this process (counters.cpp; what each
+// covers: _counters.py).  One relaxed atomic add each.
+enum Counter : int {
+  kBytesH2D, kBytesD2H, kBytesD2D, kBytesH2H, kCopies, kLaunches, kDeviceOps,
+  kHostSyncs, kQueries, kHostFunctions, kIpcOpens, kIpcCloses, kCounterCount
+};
+void count(Counter counter, uint64_t n = 1);
+void count_copy(bool from_host, bool to_host, uint64_t nbytes);
+// How a kernel uses bytes it translated (emulator_kernel_address's `access`).
+constexpr int64_t kKernelReads = 0, kKernelCopiesFrom = 1, kKernelCopiesTo = 2;
+void kernel_starts();  // on the stream's worker, before each kernel
+void count_kernel_access(bool host, int64_t nbytes, int64_t access);
+
 }  // namespace emulator
 
 // The host view of `nbytes` at `offset` from `base`, checked against base's
-// allocation; host memory as it is (faults.cpp).
+// allocation; host memory as it is (faults.cpp).  `access` says how the kernel
+// uses them (kKernelReads, kKernelCopiesFrom, kKernelCopiesTo), for the
+// counters.
 extern "C" void* emulator_kernel_address(int64_t base, int64_t offset,
-                                         int64_t nbytes);
+                                         int64_t nbytes, int64_t access);
 {% endraw %}

@@ -167,6 +167,7 @@ void event_record(int64_t handle, Worker* worker) {
 }
 
 bool event_query(int64_t handle) {
+  count(kQueries);
   auto* event = reinterpret_cast<Event*>(handle);
   check_alive(event);
   check_not_failed(event->slot);
@@ -174,6 +175,7 @@ bool event_query(int64_t handle) {
 }
 
 void event_synchronize(int64_t handle) {
+  count(kHostSyncs);
   auto* event = reinterpret_cast<Event*>(handle);
   check_alive(event);
   const uint64_t target = event->slot->recorded.load();

@@ -187,8 +187,10 @@ bool holder_of(uintptr_t address, c10::DeviceIndex* device, uintptr_t* base) {
 // address (CUDA's sticky cudaErrorIllegalAddress), instead of reaching a
 // neighbouring allocation.  Host memory is reached as the device would reach
 // it (host_memory.cpp).  On a device, kernels use device addresses directly.
+// `access` says what the kernel does with the bytes, for the counters
+// (counters.cpp pairs what it copies from with what it copies to).
 extern "C" void* emulator_kernel_address(int64_t base, int64_t offset,
-                                         int64_t nbytes) {
+                                         int64_t nbytes, int64_t access) {
   const auto address = static_cast<uintptr_t>(base);
   {
     std::lock_guard<std::mutex> lock(emulator::g_mutex);
@@ -207,8 +209,12 @@ extern "C" void* emulator_kernel_address(int64_t base, int64_t offset,
                   " bytes at offset ", offset, " from 0x", std::hex, address,
                   ", outside its allocation (0x", start, " + ", std::dec,
                   mapping->size, " bytes)");
-      return mapping->shadow + from + static_cast<uintptr_t>(offset);
+      char* bytes = mapping->shadow + from + static_cast<uintptr_t>(offset);
+      emulator::count_kernel_access(/*host=*/false, nbytes, access);
+      return bytes;
     }
   }
-  return emulator::host_kernel_address(address, offset, nbytes);
+  void* bytes = emulator::host_kernel_address(address, offset, nbytes);
+  emulator::count_kernel_access(/*host=*/true, nbytes, access);
+  return bytes;
 }

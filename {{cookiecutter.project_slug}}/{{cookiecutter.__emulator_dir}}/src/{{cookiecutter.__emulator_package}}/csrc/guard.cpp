@@ -93,7 +93,7 @@ struct DeviceGuard final : c10::impl::DeviceGuardImplInterface {
     return query_worker(worker_for(stream.device_index(), stream.id()));
   }
   void synchronizeStream(const c10::Stream& stream) const override {
-    synchronize_worker(worker_for(stream.device_index(), stream.id()));
+    host_synchronize(worker_for(stream.device_index(), stream.id()));
   }
   void synchronizeEvent(void* event) const override {
     if (event) event_synchronize(reinterpret_cast<int64_t>(event));

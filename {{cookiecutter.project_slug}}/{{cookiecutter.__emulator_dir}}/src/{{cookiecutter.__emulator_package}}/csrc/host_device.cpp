@@ -44,6 +44,9 @@
 
 void bind_streams(pybind11::module& m);      // streams.cpp
 void bind_host_memory(pybind11::module& m);  // host_memory.cpp
+namespace emulator {
+void bind_counters(pybind11::module& m);  // counters.cpp
+}  // namespace emulator
 
 namespace emulator {
 
@@ -74,8 +77,11 @@ struct DeviceAllocator final : c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &free_device_memory; }
   void copy_data(void* dest, const void* src,
                  std::size_t count) const override {
-    if (count)
+    if (count) {
       std::memcpy(host_view(dest, count, -1), host_view(src, count, -1), count);
+      emulator::count_copy(false, false, count);
+      emulator::count(kCopies);
+    }
   }
 };
 DeviceAllocator g_device_allocator;
@@ -159,9 +165,12 @@ struct Hooks final : at::PrivateUse1HooksInterface {
     synchronize_worker(current_worker(impl->device().index()));
     c10::DataPtr fresh = allocate_on(impl->device().index(), new_bytes);
     const size_t keep = std::min(new_bytes, impl->nbytes());
-    if (keep)
+    if (keep) {
       std::memcpy(host_view(fresh.get(), keep, -1),
                   host_view(impl->data(), keep, -1), keep);
+      count_copy(false, false, keep);
+      emulator::count(kCopies);
+    }
     impl->set_data_ptr_noswap(std::move(fresh));
     impl->set_nbytes(new_bytes);
   }
@@ -239,8 +248,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "kernel_address_translator",
       [] { return reinterpret_cast<int64_t>(&emulator_kernel_address); },
       "Address of void* emulator_kernel_address(int64_t base, int64_t offset, "
-      "int64_t nbytes): how the emulator's kernels reach device memory.");
+      "int64_t nbytes, int64_t access): how the emulator's kernels reach device "
+      "memory (access: 0 read, 1 copied from, 2 copied to; for the counters).");
   bind_streams(m);
   bind_events(m);
   bind_host_memory(m);
+  emulator::bind_counters(m);
 }

@@ -120,8 +120,10 @@ extern "C" int emulator_launch(int64_t stream, void (*kernel)(void*),
                                               // runs, the device is gone
         emulator::lose_device(device);
       }
+      emulator::kernel_starts();
       kernel(args);
     });
+    emulator::count(emulator::kLaunches);
     return 0;
   } catch (const std::exception&) {
     return -1;
@@ -162,6 +164,7 @@ extern "C" int emulator_launch_host_func(int64_t stream, void (*fn)(void*),
           --g_host_functions[worker].pending;
         },
         /*always=*/true);
+    emulator::count(emulator::kHostFunctions);
     return 0;
   } catch (const std::exception&) {  // a lost device: nothing was queued
     std::lock_guard<std::mutex> lock(g_host_mutex);

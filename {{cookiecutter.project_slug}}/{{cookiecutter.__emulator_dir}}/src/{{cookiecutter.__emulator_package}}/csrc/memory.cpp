@@ -241,6 +241,7 @@ int64_t ipc_open(int64_t pid, int64_t fd, int64_t inode, int64_t size,
     TORCH_CHECK(mapping.device == index, "this allocation is already open on ",
                 c10::Device(kDevice, mapping.device),
                 "; open it on one device per process");
+    count(kIpcOpens);  // the mapping it has: still an open call
     return static_cast<int64_t>(base);
   }
   Mapping mapping{kImported, static_cast<size_t>(size),
@@ -254,6 +255,7 @@ int64_t ipc_open(int64_t pid, int64_t fd, int64_t inode, int64_t size,
   close(local_fd);  // the mapping keeps the memory alive
   void* address = reserve_addresses(mapping.size);
   g_mappings[reinterpret_cast<uintptr_t>(address)] = mapping;
+  count(kIpcOpens);
   return reinterpret_cast<int64_t>(address);
 }
 
@@ -270,6 +272,7 @@ void ipc_close(int64_t address) {
   it->second.shadow = nullptr;
   it->second.fd = kClosed;  // its addresses stay reserved: a later use is an
                             // error, not another allocation's bytes
+  count(kIpcCloses);
 }
 
 std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> ipc_imports() {

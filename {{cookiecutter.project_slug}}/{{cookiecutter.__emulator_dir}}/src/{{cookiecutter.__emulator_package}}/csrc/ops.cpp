@@ -27,6 +27,9 @@ namespace {
 
 using namespace emulator;
 
+// Whether this thread runs a device op on the CPU fallback (counters.cpp).
+thread_local bool t_in_device_op = false;
+
 // --------------------------------------------------------------- kernels --
 
 at::Tensor empty_memory_format(c10::IntArrayRef size,
@@ -70,6 +73,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   if (same_bytes) return dst;  // the CPU fallback's copy-back of an alias
   const bool from_device = self.device().type() == kDevice;
   const bool to_device = dst.device().type() == kDevice;
+  // A device op's result, copied from the CPU fallback's output into new device
+  // memory: a device writes it there, so it counts device to device.
+  const bool from_host = !from_device && !t_in_device_op;
   const c10::DeviceIndex device =
       to_device ? dst.device().index() : self.device().index();
   Worker* worker = current_worker(device);
@@ -83,7 +89,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   if (from_device && to_device)
     wait = false;  // device to device: stream ordered, never host blocking
   const uint64_t ticket =
-      enqueue(worker, [src_host, dst_host, device]() mutable {
+      enqueue(worker, [src_host, dst_host, device, from_host,
+                       to_device]() mutable {
         c10::InferenceMode inference;  // the aliases may be inference tensors
                                        // (made under the caller's mode)
         // device_lost: a KV-sized copy (not a pointer table) stops halfway and
@@ -98,8 +105,13 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
           lose_device(device);
         }
         dst_host.copy_(src_host);
+        count_copy(from_host, !to_device, dst_host.nbytes());
+        count(kCopies);
       });
-  if (wait) wait_ticket(worker, ticket);
+  if (wait) {
+    count(kHostSyncs);
+    wait_ticket(worker, ticket);
+  }
   return dst;
 }
 
@@ -125,7 +137,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  synchronize_worker(current_worker(self.device().index()));
+  host_synchronize(current_worker(self.device().index()));  // .item()
   return at::_local_scalar_dense(host_alias(self));
 }
 
@@ -204,7 +216,15 @@ std::vector<at::Tensor> to_cpu(at::TensorList tensors) {
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   drain_current_streams(*stack);
-  at::native::cpu_fallback(op, stack);
+  count(kDeviceOps);
+  t_in_device_op = true;
+  try {
+    at::native::cpu_fallback(op, stack);
+  } catch (...) {
+    t_in_device_op = false;
+    throw;
+  }
+  t_in_device_op = false;
 }
 
 }  // namespace

@@ -202,6 +202,11 @@ void synchronize_worker(Worker* worker) {
   wait_ticket(worker, ticket);
 }
 
+void host_synchronize(Worker* worker) {
+  count(kHostSyncs);
+  synchronize_worker(worker);
+}
+
 void clear_stream_failures() {
   std::lock_guard<std::mutex> lock(g_workers_mutex);
   for (const auto& [key, worker] : g_workers) {
@@ -218,12 +223,14 @@ void synchronize_device(c10::DeviceIndex device) {
       if (key.first == device) workers.push_back(worker);
     }
   }
+  count(kHostSyncs);  // one, however many streams it waits for
   for (Worker* worker : workers) synchronize_worker(worker);
 }
 
 c10::DeviceIndex worker_device(Worker* worker) { return worker->device; }
 
 bool query_worker(Worker* worker) {
+  count(kQueries);
   std::lock_guard<std::mutex> lock(worker->mutex);
   return worker->completed == worker->enqueued;
 }
@@ -255,7 +262,7 @@ void bind_streams(pybind11::module& m) {
   m.def("stream_handle", &stream_handle,
         "The native handle of stream (device, id).");
   m.def("synchronize_handle",
-        [](int64_t handle) { synchronize_worker(worker_of_handle(handle)); });
+        [](int64_t handle) { host_synchronize(worker_of_handle(handle)); });
   m.def("synchronize_device", [](int64_t device) {
     synchronize_device(static_cast<c10::DeviceIndex>(device));
   });
