@@ -11,7 +11,9 @@ drift of the machine during the run moves every figure a target compares alike
 a store reuses pool memory instead of waiting for eviction), store
 ``concurrency`` requests at once on every rank, look each up with the
 scheduler, retrieve them at once. A request's latency is the slowest rank's;
-the first measured round of each cell compares the retrieved bytes.
+the first measured round of each cell compares the retrieved bytes. Processes of a
+foo setup keep the emulator's counters in ``<out>/counters/<setup-mode>``; each
+round's store and retrieve are counted (bench_counts.py).
 
 Servers and the scheduler are the kit's (``lmcache_device_kit.harness``: ``servers``,
 ``scheduler``), so servers start as the conformance suite starts them; nothing of a
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 
+from bench_counts import COUNTERS_ENV_VAR, Meter, per_request
 from bench_plan import (
     BLOCK, CELL_SECONDS, CHUNK, CHUNK_BYTES, HEAD_SIZE, HEADS, LAYERS, MIN_REPS, MODES, OP_CHUNKS, PROMPT_STRIDE,
     SETTLE, SETUPS, WARMUP, cell_id, reps,
@@ -99,9 +102,12 @@ def run_mode(
     memcpy = memcpy_timer()
     slugs = {setup: f"{setup}-{mode}".replace(" ", "_").replace(",", "") for setup in setups}
     with ExitStack() as servers:
-        started = {}
+        started, counted = {}, {}
         for setup, slug in slugs.items():
-            overrides, _ = SETUPS[setup]
+            overrides, device = SETUPS[setup]
+            if device != "cpu":  # foo's emulator counts
+                counted[setup] = log_dir.parent / "counters" / slug
+                overrides = {**overrides, COUNTERS_ENV_VAR: str(counted[setup])}
             paths[setup] = {"ranks": [], "server_log": str(log_dir / f"server-{slug}.log"), "rank_logs": []}
             started[setup] = servers.enter_context(running_server(
                 log_dir / f"server-{slug}.log", transfer_mode=server_mode, shm_name=f"bench_{slug}"[:40] if shm else None,
@@ -116,8 +122,12 @@ def run_mode(
                 for setup, slug in slugs.items():
                     overrides, device = SETUPS[setup]
                     server, model = started[setup], f"bench-{slug}-tp{tp}"
+                    if setup in counted:
+                        overrides = {**overrides, COUNTERS_ENV_VAR: str(counted[setup])}
                     env = child_env({**overrides, "OMP_NUM_THREADS": "1"})
                     lane = Lane(setup, server, Scheduler(server.url, model, tp, BLOCK, mq_timeout=60.0))
+                    if setup in counted:
+                        lane.meter = Meter(counted[setup], server.process.pid)
                     lanes.append(lane)
                     for rank in range(tp):
                         log = log_dir / f"rank{rank}-tp{tp}-{slug}.log"
@@ -128,6 +138,8 @@ def run_mode(
                                 "--block-size", str(BLOCK), "--chunk", str(CHUNK), "--max-chunks", str(most),
                                 "--package", package]  # fmt: skip
                         lane.ranks.append(Rank(argv, env, log))
+                        if lane.meter:
+                            lane.meter.rank_pids.add(lane.ranks[-1].process.pid)
                 pids = {"server": lanes[0].server.process.pid}
                 pids.update({f"rank{i}": r.process.pid for i, r in enumerate(lanes[0].ranks)})
                 with profile(pids) if profile else nullcontext([]) as written:
@@ -135,6 +147,7 @@ def run_mode(
                         progress(f"{mode} / {cell_id(cell)} / {len(lanes)} setup(s) in turn")
                         copies[cell_id(cell)] = run_cell(lanes, cell, memcpy)
                         for lane in lanes:
+                            lane.end_cell(cell)
                             results[lane.setup][cell_id(cell)] = lane.samples
                 profiles += written
                 for lane in lanes:
@@ -181,10 +194,20 @@ class Lane:
         self.ranks: list[Rank] = []
         self.samples: dict = {}
         self.spent = 0.0
+        self.meter: Meter | None = None
 
     def start_cell(self) -> None:
         self.samples = {"store": [], "retrieve": [], "store_wall": [], "retrieve_wall": [], "bytes_match": None}
         self.spent = 0.0
+        if self.meter:
+            self.meter.start_cell()
+
+    def end_cell(self, cell: dict[str, int]) -> None:
+        """The cell's counts per request (foo setups), into its samples."""
+        if self.meter and self.meter.rounds:
+            self.samples["counts"] = {
+                kind: per_request(self.meter.totals[kind], self.meter.rounds, cell) for kind in ("store", "retrieve")
+            }
 
     def round(self, cell: dict[str, int], measured: bool, check: bool) -> None:
         """Store ``concurrency`` requests, look them up, retrieve them; a measured round
@@ -194,10 +217,14 @@ class Lane:
         began = time.monotonic()
         first = next(_round) * 4 * PROMPT_STRIDE
         clear_cache(self.server.http_port)
+        meter = self.meter if measured and not check else None  # a check's own copies are not a request's
+        snapshots = [meter.snapshot()] if meter else []
         for rank in self.ranks:
             rank.send(f"store {first} {chunks} {concurrency}")
         stored = [rank.expect("latencies") for rank in self.ranks]
         assert all(s["ok"] for s in stored), f"{self.setup} / {cell_id(cell)}: a store failed"
+        if meter:
+            snapshots.append(meter.snapshot())
         ids = []
         for request in range(concurrency):
             start = first + request * PROMPT_STRIDE
@@ -208,6 +235,9 @@ class Lane:
         for rank in self.ranks:
             rank.send(f"retrieve {first} {chunks} {' '.join(ids)}" + (" check" if check else ""))
         retrieved = [rank.expect("latencies") for rank in self.ranks]
+        if meter:  # the lookups count with the retrieve: a retrieve needs them
+            meter.add("store", *snapshots)
+            meter.add("retrieve", snapshots[1], meter.snapshot())
         for request_id in ids:
             self.scheduler.end_session(request_id)
         assert all(r["ok"] for r in retrieved), f"{self.setup} / {cell_id(cell)}: a retrieve failed"

@@ -60,6 +60,8 @@ def summarize(cell: dict[str, int], samples: dict) -> dict:
             "latencies": samples[kind],
             "walls": samples[f"{kind}_wall"],
         }
+        if "counts" in samples:  # foo setups: counted by the emulator (bench_counts.py)
+            out[kind]["counts"] = samples["counts"][kind]
     return out
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_counts  # noqa: E402
 import bench_e2e  # noqa: E402
 import bench_paths  # noqa: E402
 import bench_report  # noqa: E402
@@ -146,6 +147,7 @@ def main() -> int:
     progress("done measuring")
     print(f"\nfoo's emulated launch latency: {args.launch_latency_us} us (--launch-latency-us)")
     bench_report.print_tables(ops, e2e, copies)
+    bench_counts.print_table(e2e)
     note = bench_report.regime_note(ops, e2e) if complete else ""
     print(f"\n{note}")
     rows = bench_report.targets(ops, e2e, copies) if complete else []

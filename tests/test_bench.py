@@ -198,3 +198,18 @@ def test_an_op_level_interval_spans_the_spread_between_processes_not_only_betwee
     pooled = bench_report.interval([x for a, _ in pairs for x in a], [x for _, b in pairs for x in b])
     assert pooled[1] > 0.75, "pooled calls alone would have called the target met"
     assert bench_report.verdict({"limit": 0.75, "ratio": ratio, "low": low, "high": high}) == "MISS (within noise)"
+
+
+def test_counted_costs_are_divided_by_the_rounds_requests_chunks_and_payload_they_cover() -> None:
+    """The emulator's counts of a cell's counted rounds, per request, chunk and payload byte: exact ratios."""
+    import bench_counts
+
+    cell = {"chunks": 4, "concurrency": 2, "tp": 1}
+    payload = 3 * 2 * 4 * bench_plan.CHUNK_BYTES  # 3 rounds of 2 requests of 4 chunks
+    server = {"bytes_d2h": payload, "bytes_h2d": 3 * 512, "bytes_d2d": payload, "launches": 48, "host_syncs": 0}
+    workers = {"host_syncs": 6, "ipc_opens": 0, "host_functions": 12}
+    got = bench_counts.per_request({"server": server, "workers": workers, "server_cpu_s": 0.024}, 3, cell)
+    assert got["boundary_x_payload"] == (payload + 3 * 512) / payload
+    assert (got["device_internal_x_payload"], got["launches_per_chunk"]) == (1.0, 2.0)
+    assert (got["server_host_syncs_per_chunk"], got["worker_host_syncs_per_request"]) == (0.0, 1.0)
+    assert (got["host_functions_per_request"], got["server_cpu_ms_per_chunk"]) == (2.0, 1.0)

@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the plugin does per request, counted by foo's emulator, in ``nox -s bench``.
+
+Every process of a foo setup runs with ``COUNTERS_ENV_VAR`` naming a directory of
+its lane, so its emulator keeps its counters in ``counters-<pid>.bin`` there (the
+emulator's ``_counters.py`` says what each counter covers; the kit's
+``lmcache_device_kit.counters`` reads them). A lane reads its directory around the
+store and the retrieve of each measured round and adds the differences, split into
+the server and the worker ranks, with the server's CPU time (from
+``/proc/<pid>/task/*/schedstat``, nanoseconds): every thread's but the emulator's
+stream workers (named ``emulated-stream``: they do the device's work, which a device
+does off the host), so it is the host work of LMCache and the plugin. The report divides them by the
+requests and payload bytes of those rounds: counts are exact, not sampled, so a
+per-request figure that is not a whole number says the work per request varies.
+
+Imports the standard library and the kit (no torch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench_plan import CHUNK_BYTES, EMULATOR_ENV_VAR
+from lmcache_device_kit import counters as kit_counters
+
+#: A directory: the emulator of every process of a foo setup keeps its counters there.
+COUNTERS_ENV_VAR = f"{EMULATOR_ENV_VAR}_COUNTERS"
+ROLES = ("server", "workers")
+#: What the table shows per request (bytes as multiples of the request's payload).
+BOUNDARY = ("bytes_h2d", "bytes_d2h")
+
+
+#: The emulator's stream worker threads (its csrc/streams.cpp names them).
+DEVICE_THREAD = "emulated-stream"
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time so far of every live thread of ``pid`` but the emulated device's (0
+    once it has exited)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            if (task / "comm").read_text().strip() != DEVICE_THREAD:
+                total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread exited meanwhile
+    return total / 1e9
+
+
+class Meter:
+    """One lane's counters: its directory, its server's pid, its ranks' pids."""
+
+    def __init__(self, directory: Path, server_pid: int) -> None:
+        self.directory, self.server_pid = directory, server_pid
+        self.rank_pids: set[int] = set()
+        self.totals: dict = {}
+        self.rounds = 0  # counted this cell
+
+    def start_cell(self) -> None:
+        self.rounds = 0
+        self.totals = {kind: {"server": {}, "workers": {}, "server_cpu_s": 0.0} for kind in ("store", "retrieve")}
+
+    def snapshot(self) -> tuple[dict[str, dict[str, int]], float]:
+        """(counts by role, summed over its processes; the server's CPU seconds)."""
+        by_role: dict[str, dict[int, dict[str, int]]] = {"server": {}, "workers": {}}
+        for pid, counts in kit_counters.read_dir(self.directory).items():
+            by_role["workers" if pid in self.rank_pids else "server"][pid] = counts
+        return {role: kit_counters.total(by_role[role]) for role in ROLES}, cpu_seconds(self.server_pid)
+
+    def add(self, kind: str, before: tuple, after: tuple) -> None:
+        for role in ROLES:
+            diff = kit_counters.difference(after[0][role], before[0][role])
+            mine = self.totals[kind][role]
+            for name, n in diff.items():
+                mine[name] = mine.get(name, 0) + n
+        self.totals[kind]["server_cpu_s"] += after[1] - before[1]
+        self.rounds += kind == "retrieve"
+
+
+def per_request(totals: dict, rounds: int, cell: dict[str, int]) -> dict:
+    """A kind's totals over ``rounds`` measured rounds, per request, per chunk and per
+    payload byte; the raw totals kept."""
+    requests = rounds * cell["concurrency"]
+    chunks = requests * cell["chunks"]
+    payload = chunks * CHUNK_BYTES
+    every = kit_counters.total({0: totals["server"], 1: totals["workers"]})
+
+    def n(name: str) -> int:
+        return every.get(name, 0)
+
+    return {
+        "rounds": rounds,
+        "requests": requests,
+        "payload_bytes": payload,
+        "boundary_x_payload": (n("bytes_h2d") + n("bytes_d2h")) / payload,
+        "device_internal_x_payload": n("bytes_d2d") / payload,
+        "host_to_host_x_payload": n("bytes_h2h") / payload,
+        "launches_per_chunk": n("launches") / chunks,
+        "device_ops_per_chunk": n("device_ops") / chunks,
+        "copies_per_chunk": n("copies") / chunks,
+        "server_host_syncs_per_chunk": totals["server"].get("host_syncs", 0) / chunks,
+        "worker_host_syncs_per_request": totals["workers"].get("host_syncs", 0) / requests,
+        "host_functions_per_request": n("host_functions") / requests,
+        "ipc_opens_per_request": n("ipc_opens") / requests,
+        "server_cpu_ms_per_chunk": totals["server_cpu_s"] * 1e3 / chunks,
+        "totals": totals,
+    }
+
+
+COLUMNS = (
+    ("bnd x", "boundary_x_payload", "{:.3f}"),
+    ("dev x", "device_internal_x_payload", "{:.3f}"),
+    ("h2h x", "host_to_host_x_payload", "{:.3f}"),
+    ("lnch/ch", "launches_per_chunk", "{:.2f}"),
+    ("ops/ch", "device_ops_per_chunk", "{:.1f}"),
+    ("cp/ch", "copies_per_chunk", "{:.2f}"),
+    ("Ssync/ch", "server_host_syncs_per_chunk", "{:.2f}"),
+    ("Wsync/rq", "worker_host_syncs_per_request", "{:.2f}"),
+    ("hfn/rq", "host_functions_per_request", "{:.2f}"),
+    ("ipc/rq", "ipc_opens_per_request", "{:.2f}"),
+    ("srvCPU ms/ch", "server_cpu_ms_per_chunk", "{:.2f}"),
+)
+
+
+def print_table(e2e: dict) -> None:
+    """Per mode, cell, setup and kind, the counted figures (foo setups only)."""
+    print(
+        "\nCounted by foo's emulator, per measured request (bnd: bytes across the device boundary, "
+        "h2d + d2h; dev: device to device; h2h: host to host, kernels' only; each x payload. lnch: "
+        "kernel launches, ops: device ops, cp: copies, per chunk; Ssync: the server's host syncs per "
+        "chunk; Wsync: the workers' per request, the benchmark worker's own synchronize after each round "
+        "included; hfn: host functions, ipc: IPC opens, per request; "
+        "srvCPU: the server's CPU time per chunk, the emulated device's threads left out)"
+    )
+    head = "".join(f"{title:>{max(9, len(title) + 1)}}" for title, _, _ in COLUMNS)
+    for mode in dict.fromkeys(m for by_mode in e2e.values() for m in by_mode):
+        print(f"\n  {mode}\n  {'cell':<28}{'setup':<14}{'kind':<9}{head}")
+        for setup, by_mode in e2e.items():
+            if not setup.startswith(("native", "baseline")) or mode not in by_mode:
+                continue
+            for cell, result in by_mode[mode].items():
+                for kind in ("store", "retrieve"):
+                    counted = result[kind].get("counts")
+                    if not counted:
+                        continue
+                    row = "".join(
+                        f"{fmt.format(counted[key]):>{max(9, len(title) + 1)}}" for title, key, fmt in COLUMNS
+                    )
+                    print(f"  {cell:<28}{setup:<14}{kind:<9}{row}")
