@@ -46,11 +46,10 @@ namespace emulator {
 namespace {
 
 const char* const kNames[kCounterCount] = {
-    "bytes_h2d",      "bytes_d2h",  "bytes_d2d",   "bytes_h2h",
-    "copies",         "launches",   "device_ops",  "host_syncs",
-    "queries",        "host_functions", "ipc_opens", "ipc_closes"};
+    "bytes_h2d", "bytes_d2h",      "bytes_d2d",  "bytes_h2h",
+    "copies",    "launches",       "device_ops", "host_syncs",
+    "queries",   "host_functions", "ipc_opens",  "ipc_closes"};
 constexpr char kMagic[8] = {'L', 'M', 'C', 'C', 'N', 'T', '0', '1'};
-constexpr size_t kHeaderBytes = 24;
 
 std::atomic<uint64_t> g_private[kCounterCount];
 std::atomic<std::atomic<uint64_t>*> g_counters{g_private};
@@ -85,8 +84,10 @@ void own_counters_in_child() {
 }
 
 void count_in_file(const std::string& directory) {
-  TORCH_CHECK(g_counters.load() == g_private, "the counters are in a file already");
-  TORCH_CHECK(directory.size() < sizeof(g_directory), "directory name too long");
+  TORCH_CHECK(g_counters.load() == g_private,
+              "the counters are in a file already");
+  TORCH_CHECK(directory.size() < sizeof(g_directory),
+              "directory name too long");
   std::string names;
   for (const char* name : kNames) names += std::string(name) + "\n";
   names.resize((names.size() + 7) / 8 * 8, '\0');

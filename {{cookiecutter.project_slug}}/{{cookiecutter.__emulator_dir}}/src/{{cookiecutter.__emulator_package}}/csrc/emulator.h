@@ -131,7 +131,7 @@ void clear_stream_failures();  // every stream of every device healthy again
                                // (set_faults)
 void wait_ticket(Worker* worker,
                  uint64_t ticket);  // raises the stream's first failure, if any
-void synchronize_worker(Worker* worker);           // everything enqueued so far
+void synchronize_worker(Worker* worker);  // everything enqueued so far
 void host_synchronize(Worker* worker);  // the same, asked by the host: counted
 void synchronize_device(c10::DeviceIndex device);  // every stream of the device
 void set_latency_us(int64_t latency_us);
@@ -168,8 +168,19 @@ int64_t event_open(int64_t pid, int64_t fd, int64_t inode, int64_t index,
 // What the emulator does on behalf of this process (counters.cpp; what each
 // covers: _counters.py).  One relaxed atomic add each.
 enum Counter : int {
-  kBytesH2D, kBytesD2H, kBytesD2D, kBytesH2H, kCopies, kLaunches, kDeviceOps,
-  kHostSyncs, kQueries, kHostFunctions, kIpcOpens, kIpcCloses, kCounterCount
+  kBytesH2D,
+  kBytesD2H,
+  kBytesD2D,
+  kBytesH2H,
+  kCopies,
+  kLaunches,
+  kDeviceOps,
+  kHostSyncs,
+  kQueries,
+  kHostFunctions,
+  kIpcOpens,
+  kIpcCloses,
+  kCounterCount
 };
 void count(Counter counter, uint64_t n = 1);
 void count_copy(bool from_host, bool to_host, uint64_t nbytes);

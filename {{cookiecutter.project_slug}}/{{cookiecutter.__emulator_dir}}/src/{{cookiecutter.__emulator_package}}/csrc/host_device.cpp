@@ -248,8 +248,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "kernel_address_translator",
       [] { return reinterpret_cast<int64_t>(&emulator_kernel_address); },
       "Address of void* emulator_kernel_address(int64_t base, int64_t offset, "
-      "int64_t nbytes, int64_t access): how the emulator's kernels reach device "
-      "memory (access: 0 read, 1 copied from, 2 copied to; for the counters).");
+      "int64_t nbytes, int64_t access): how the emulator's kernels reach "
+      "device memory (access, for the counters: 0 read, 1 copied from, 2 "
+      "copied to).");
   bind_streams(m);
   bind_events(m);
   bind_host_memory(m);

@@ -88,9 +88,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   if (from_device && !to_device) wait = wait || !is_pinned_host(dst);
   if (from_device && to_device)
     wait = false;  // device to device: stream ordered, never host blocking
-  const uint64_t ticket =
-      enqueue(worker, [src_host, dst_host, device, from_host,
-                       to_device]() mutable {
+  const uint64_t ticket = enqueue(
+      worker, [src_host, dst_host, device, from_host, to_device]() mutable {
         c10::InferenceMode inference;  // the aliases may be inference tensors
                                        // (made under the caller's mode)
         // device_lost: a KV-sized copy (not a pointer table) stops halfway and
