@@ -93,6 +93,8 @@ def per_request(totals: dict, rounds: int, cell: dict[str, int]) -> dict:
         "requests": requests,
         "payload_bytes": payload,
         "boundary_x_payload": (n("bytes_h2d") + n("bytes_d2h")) / payload,
+        # what crossed beyond the payload (block ids, ...), exact: 0 where only KV crosses
+        "boundary_extra_bytes_per_request": (n("bytes_h2d") + n("bytes_d2h") - payload) / requests,
         "device_internal_x_payload": n("bytes_d2d") / payload,
         "host_to_host_x_payload": n("bytes_h2h") / payload,
         "launches_per_chunk": n("launches") / chunks,
@@ -109,6 +111,7 @@ def per_request(totals: dict, rounds: int, cell: dict[str, int]) -> dict:
 
 COLUMNS = (
     ("bnd x", "boundary_x_payload", "{:.3f}"),
+    ("bnd-pl B/rq", "boundary_extra_bytes_per_request", "{:.0f}"),
     ("dev x", "device_internal_x_payload", "{:.3f}"),
     ("h2h x", "host_to_host_x_payload", "{:.3f}"),
     ("lnch/ch", "launches_per_chunk", "{:.2f}"),
@@ -126,7 +129,7 @@ def print_table(e2e: dict) -> None:
     """Per mode, cell, setup and kind, the counted figures (foo setups only)."""
     print(
         "\nCounted by foo's emulator, per measured request (bnd: bytes across the device boundary, "
-        "h2d + d2h; dev: device to device; h2h: host to host, kernels' only; each x payload. lnch: "
+        "h2d + d2h; bnd-pl: those beyond the payload, bytes per request; dev: device to device; h2h: host to host, kernels' only; each x payload. lnch: "
         "kernel launches, ops: device ops, cp: copies, per chunk; Ssync: the server's host syncs per "
         "chunk; Wsync: the workers' per request, the benchmark worker's own synchronize after each round "
         "included; hfn: host functions, ipc: IPC opens, per request; "

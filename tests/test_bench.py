@@ -210,6 +210,7 @@ def test_counted_costs_are_divided_by_the_rounds_requests_chunks_and_payload_the
     workers = {"host_syncs": 6, "ipc_opens": 0, "host_functions": 12}
     got = bench_counts.per_request({"server": server, "workers": workers, "server_cpu_s": 0.024}, 3, cell)
     assert got["boundary_x_payload"] == (payload + 3 * 512) / payload
+    assert got["boundary_extra_bytes_per_request"] == 3 * 512 / 6
     assert (got["device_internal_x_payload"], got["launches_per_chunk"]) == (1.0, 2.0)
     assert (got["server_host_syncs_per_chunk"], got["worker_host_syncs_per_request"]) == (0.0, 1.0)
     assert (got["host_functions_per_request"], got["server_cpu_ms_per_chunk"]) == (2.0, 1.0)
