@@ -37,7 +37,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <string>
 #include <vector>
 
@@ -109,12 +108,32 @@ void count_in_file(const std::string& directory) {
 }
 
 // A kernel's copies, paired: the i-th byte it copies from is the i-th byte it
-// copies to, whatever order it translates the two ends in.
+// copies to, whatever order it translates the two ends in.  Only one side can
+// be waiting at a time: its translations, oldest first, consecutive ones of
+// the same memory merged (the pairing is the same).  Plain data, zeroed as
+// static storage: one TLS lookup per translation, no allocation.
+constexpr int kPendingRuns = 64;
 struct Pending {
-  bool host;
-  int64_t bytes;
+  int64_t side;  // kKernelCopiesFrom or kKernelCopiesTo, when size > 0
+  int head, size;
+  bool host[kPendingRuns];
+  int64_t bytes[kPendingRuns];
 };
-thread_local std::deque<Pending> t_sources, t_destinations;
+thread_local Pending t_pending;
+
+void wait_to_pair(Pending& p, int64_t side, bool host, int64_t nbytes) {
+  const int last = (p.head + p.size - 1) % kPendingRuns;
+  if (p.size > 0 && (p.host[last] == host || p.size == kPendingRuns)) {
+    p.bytes[last] +=
+        nbytes;  // a full queue merges: never in the sample's kernels
+    return;
+  }
+  const int next = (p.head + p.size) % kPendingRuns;
+  p.side = side;
+  p.host[next] = host;
+  p.bytes[next] = nbytes;
+  ++p.size;
+}
 
 }  // namespace
 
@@ -129,10 +148,7 @@ void count_copy(bool from_host, bool to_host, uint64_t nbytes) {
         nbytes);
 }
 
-void kernel_starts() {
-  t_sources.clear();
-  t_destinations.clear();
-}
+void kernel_starts() { t_pending.head = t_pending.size = 0; }
 
 void count_kernel_access(bool host, int64_t nbytes, int64_t access) {
   TORCH_CHECK(access >= kKernelReads && access <= kKernelCopiesTo,
@@ -140,18 +156,21 @@ void count_kernel_access(bool host, int64_t nbytes, int64_t access) {
               ": 0 (read for the kernel itself), 1 (copied from), 2 (copied "
               "to)");
   if (access == kKernelReads || nbytes <= 0) return;
-  (access == kKernelCopiesFrom ? t_sources : t_destinations)
-      .push_back({host, nbytes});
-  while (!t_sources.empty() && !t_destinations.empty()) {
-    Pending& from = t_sources.front();
-    Pending& to = t_destinations.front();
-    const int64_t n = std::min(from.bytes, to.bytes);
-    count_copy(from.host, to.host, static_cast<uint64_t>(n));
-    from.bytes -= n;
-    to.bytes -= n;
-    if (from.bytes == 0) t_sources.pop_front();
-    if (to.bytes == 0) t_destinations.pop_front();
+  Pending& p = t_pending;
+  while (nbytes > 0 && p.size > 0 && p.side != access) {
+    const int i = p.head;
+    const int64_t n = std::min(nbytes, p.bytes[i]);
+    const bool to_host = access == kKernelCopiesTo ? host : p.host[i];
+    count_copy(access == kKernelCopiesTo ? p.host[i] : host, to_host,
+               static_cast<uint64_t>(n));
+    p.bytes[i] -= n;
+    nbytes -= n;
+    if (p.bytes[i] == 0) {
+      p.head = (p.head + 1) % kPendingRuns;
+      --p.size;
+    }
   }
+  if (nbytes > 0) wait_to_pair(p, access, host, nbytes);
 }
 
 void bind_counters(pybind11::module& m) {
