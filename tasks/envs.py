@@ -110,6 +110,10 @@ class ReleaseEnv:
         session.run(uv_command, "pip", "install", "--quiet", "--python", self.python, *requirements,
                     external=True, env=tls)  # fmt: skip
 
+    def tools(self) -> dict[str, str]:
+        """What a command of this environment runs with: its bin/ first on PATH, VIRTUAL_ENV naming it."""
+        return {"PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(self.path)}
+
     def command(self, name: str) -> str:
         """A command of this environment by name (``python``, ``pytest``, ``lmcache``, ...)."""
         return str(self.bin / name)
@@ -118,7 +122,7 @@ class ReleaseEnv:
         """Run ``program`` from this environment (a bare name is looked up in its bin/)."""
         if os.sep not in program:
             program = self.command(program)
-        env = {"PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(self.path), **BYTECODE}
+        env = {**self.tools(), **BYTECODE}
         env.update(kwargs.pop("env", None) or {})  # type: ignore[call-overload]
         return session.run(program, *args, external=True, env=env, **kwargs)  # type: ignore[arg-type,call-overload]
 

@@ -74,8 +74,7 @@ def typechecked_meanwhile(session: nox.Session, env: ReleaseEnv, project: Path, 
         return
     install_kit(session, env)  # the render imports the kit's shims: mypy reads this very kit
     command, extra = own_sessions(env, project, cache, "typecheck")
-    tools = {"PATH": f"{env.bin}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(env.path)}
-    process = subprocess.Popen(command, cwd=project, env={**os.environ, **tools, **extra}, stdout=subprocess.PIPE,
+    process = subprocess.Popen(command, cwd=project, env={**os.environ, **env.tools(), **extra}, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         yield
@@ -249,7 +248,7 @@ def install_kit(session: nox.Session, env: ReleaseEnv) -> Path:
     return wheel
 
 
-def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path, project: Path, emulator: Path | None = None) -> None:
+def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path, project: Path, emulator: Path | None = None) -> Path:
     """Install the wheel (never editable), the kit built here before it and the emulator after it, in the kit's
     order (``lmcache_device_kit.install``, which the rendered noxfile follows too), then ``pip check``.
 
@@ -257,7 +256,7 @@ def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path, project: P
     4.5 s), with the kit's wheel found beside it; our own builds are forced in by pip without dependencies.
     On a pre-release the wheel's own lmcache requirement (tested finals only) would replace it, so only its test
     extra is resolved (the kit's ``past_pin``, as the rendered canary does); ``pip check`` would report exactly
-    that requirement and is not run.
+    that requirement and is not run. Returns the kit's wheel (the one the README's install block names).
     """
     kit = install_kit(session, env)  # the kit's first step, unless this very kit is in already
     emulated = str(emulator) if emulator else None
@@ -270,6 +269,7 @@ def install_wheel(session: nox.Session, env: ReleaseEnv, wheel: Path, project: P
         session.log(f"{what} installed")
     if not past_pin:
         env.pip(session, "check")
+    return kit
 
 
 def install_render(session: nox.Session, env: ReleaseEnv, project: Path) -> None:

@@ -121,9 +121,8 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
             session.log(ours(said))
             return run_in_tree_suites(session, env, project, work, env_vars, device_present=emulator)
     assert wheel is not None
-    install_wheel(session, env, wheel, project, build_emulator(session, env, project) if emulator else None)
+    kit = install_wheel(session, env, wheel, project, build_emulator(session, env, project) if emulator else None)
     readme_ran: dict[str, float] = {}  # the README's blocks run as written, on the newest release (its prose's)
-    kit = install_kit(session, env)  # installed already: the wheel the README's install block names
     if env.release == NEWEST:
         run_install_and_server(session, env, project, wheel, kit, work, env_vars, readme_ran)
     package = ctx["__package"]
@@ -147,7 +146,8 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
     # job: the newest release, the one the README's list follows)
     record = work / "runtime-calls" if emulator and name == REPRESENTATIVE and env.release == NEWEST else None
     suite_env = env_vars | ({f"{ctx['__emulator_env_var']}_RECORD": str(record)} if record else {})
-    shutil.rmtree(record or work / "none", ignore_errors=True)
+    if record:
+        shutil.rmtree(record, ignore_errors=True)
     begun = time.monotonic()
     outcome = run_suite(session, env, [tests], work, suite_env, device_present=emulator, command=command)
     if record:

@@ -156,15 +156,13 @@ def server_running(text: str, env: dict[str, str], log: Path, ready_timeout: flo
 
 def values(env: ReleaseEnv, project: Path, kit: Path) -> dict[str, str]:
     """What the placeholders stand for here: this environment's torch, the kit's wheel built here, the render."""
-    (torch,) = env.path.glob("lib/python*/site-packages/torch-*.dist-info")
-    version = torch.name.removeprefix("torch-").removesuffix(".dist-info")
+    version = env.torch_dist_info().name.removeprefix("torch-").removesuffix(".dist-info")
     return {"<your version>": version, "<the kit>": str(kit), "<this project>": str(project)}
 
 
 def block_env(env: ReleaseEnv, env_vars: dict[str, str | None]) -> dict[str, str]:
     """A shell of the release environment (its bin/ first on PATH), on the emulator when the variant has one."""
-    shell = {**os.environ, "PATH": f"{env.bin}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(env.path),
-             "OMP_NUM_THREADS": "1"}  # fmt: skip
+    shell = {**os.environ, **env.tools(), "OMP_NUM_THREADS": "1"}
     shell.update({key: value for key, value in env_vars.items() if value is not None})
     for key in (key for key, value in env_vars.items() if value is None):
         shell.pop(key, None)
