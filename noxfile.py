@@ -167,7 +167,8 @@ def bench(session: nox.Session) -> None:
     """KV transfer at scale, side by side in one run: native foo, LMCache's torch baseline on foo, LMCache's CPU path.
 
     Op level and end to end through real servers (1-64 chunks, 1-4 requests, TP 1-2, engine-driven
-    SHM and LMCache-driven); fails on a silent slow path or a missed target, with a py-spy profile.
+    SHM and LMCache-driven), what the emulator counts per request and its projection on the device the
+    render's pyproject.toml describes; fails on a silent slow path or a missed target, with a py-spy profile.
     Figures, bench.json and plots in bench-results/. Not a test. Posargs go to benchmarks/transfer_bench.py.
     """
     env = ReleaseEnv(NEWEST)
@@ -178,7 +179,7 @@ def bench(session: nox.Session) -> None:
     install_render(session, env, project)
     with session.chdir(work):
         env.run(session, "python", str(ROOT / "benchmarks" / "transfer_bench.py"), "--package", context(project)["__package"],
-                "--out", str(ROOT / "bench-results"), *session.posargs,
+                "--out", str(ROOT / "bench-results"), "--device", str(project / "pyproject.toml"), *session.posargs,
                 env={"OMP_NUM_THREADS": "1", context(project)["__emulator_env_var"]: "1"})  # fmt: skip
 
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench_plan import CHUNK_BYTES, EMULATOR_ENV_VAR
+from bench_plan import BLOCK, CHUNK, CHUNK_BYTES, EMULATOR_ENV_VAR, cell_id
 from lmcache_device_kit import counters as kit_counters
+from lmcache_device_kit import projection
+from lmcache_device_kit.projection import Counted
 
 #: A directory: the emulator of every process of a foo setup keeps its counters there.
 COUNTERS_ENV_VAR = f"{EMULATOR_ENV_VAR}_COUNTERS"
@@ -77,34 +79,31 @@ class Meter:
         self.rounds += kind == "retrieve"
 
 
+def counted(totals: dict, rounds: int, cell: dict[str, int]) -> Counted:
+    """A kind's totals over ``rounds`` measured rounds of ``cell``, as the kit's
+    projection takes them."""
+    return Counted(
+        mode="",
+        requests=rounds * cell["concurrency"],
+        chunks=cell["chunks"],
+        ranks=cell["tp"],
+        blocks=cell["chunks"] * CHUNK // BLOCK,
+        payload=cell["chunks"] * CHUNK_BYTES,
+        server=totals["server"],
+        workers=totals["workers"],
+        server_cpu_s=totals["server_cpu_s"],
+    )
+
+
 def per_request(totals: dict, rounds: int, cell: dict[str, int]) -> dict:
     """A kind's totals over ``rounds`` measured rounds, per request, per chunk and per
-    payload byte; the raw totals kept."""
-    requests = rounds * cell["concurrency"]
-    chunks = requests * cell["chunks"]
-    payload = chunks * CHUNK_BYTES
-    every = kit_counters.total({0: totals["server"], 1: totals["workers"]})
-
-    def n(name: str) -> int:
-        return every.get(name, 0)
-
+    payload byte (the kit's figures); the raw totals kept."""
     return {
+        "cell": cell,
         "rounds": rounds,
-        "requests": requests,
-        "payload_bytes": payload,
-        "boundary_x_payload": (n("bytes_h2d") + n("bytes_d2h")) / payload,
-        # what crossed beyond the payload (block ids, ...), exact: 0 where only KV crosses
-        "boundary_extra_bytes_per_request": (n("bytes_h2d") + n("bytes_d2h") - payload) / requests,
-        "device_internal_x_payload": n("bytes_d2d") / payload,
-        "host_to_host_x_payload": n("bytes_h2h") / payload,
-        "launches_per_chunk": n("launches") / chunks,
-        "device_ops_per_chunk": n("device_ops") / chunks,
-        "copies_per_chunk": n("copies") / chunks,
-        "server_host_syncs_per_chunk": totals["server"].get("host_syncs", 0) / chunks,
-        "worker_host_syncs_per_request": totals["workers"].get("host_syncs", 0) / requests,
-        "host_functions_per_request": n("host_functions") / requests,
-        "ipc_opens_per_request": n("ipc_opens") / requests,
-        "server_cpu_ms_per_chunk": totals["server_cpu_s"] * 1e3 / chunks,
+        "requests": rounds * cell["concurrency"],
+        "payload_bytes": rounds * cell["concurrency"] * cell["chunks"] * CHUNK_BYTES,
+        **projection.per_request(counted(totals, rounds, cell)),
         "totals": totals,
     }
 
@@ -150,3 +149,68 @@ def print_table(e2e: dict) -> None:
                         f"{fmt.format(counted[key]):>{max(9, len(title) + 1)}}" for title, key, fmt in COLUMNS
                     )
                     print(f"  {cell:<28}{setup:<14}{kind:<9}{row}")
+
+
+def native_counts(e2e: dict, mode: str) -> list[tuple[dict[str, int], str, Counted]]:
+    """(cell, kind, what was counted) of every measured cell of native foo in ``mode``."""
+    out = []
+    for result in e2e.get("native foo", {}).get(mode, {}).values():
+        for kind in ("store", "retrieve"):
+            got = result[kind].get("counts")
+            if got:
+                out.append((got["cell"], kind, counted(got["totals"], got["rounds"], got["cell"])))
+    return out
+
+
+def targets(e2e: dict, modes: list[str]) -> list[dict]:
+    """The counted targets (the kit's ``projection.targets``) of native foo, one row per
+    target and mode over every cell and kind: met when each is, exact (no interval);
+    a miss names the cells that missed. Then, per mode, host syncs per request equal
+    at the fewest and the most chunks (one request, TP=1)."""
+    rows = []
+    for mode in modes:
+        found = native_counts(e2e, mode)
+        if not found:
+            continue
+        checked: dict[str, list[str]] = {}
+        for cell, kind, c in found:
+            for name, met, detail in projection.targets(c):
+                checked.setdefault(name, [])
+                if not met:
+                    checked[name].append(f"{cell_id(cell)} {kind}: {detail}")
+        for name, misses in checked.items():
+            rows.append({"name": f"{mode}: {name}", "met": not misses, "misses": misses})
+        sweep = {(c.chunks, kind): c for cell, kind, c in found if cell["concurrency"] == 1 and cell["tp"] == 1}
+        for kind in ("store", "retrieve"):
+            sizes = sorted(chunks for chunks, k in sweep if k == kind)
+            if len(sizes) > 1:
+                name, met, detail = projection.syncs_grow_with_chunks(sweep[sizes[0], kind], sweep[sizes[-1], kind])
+                rows.append({"name": f"{mode} {kind}: {name}", "met": met, "misses": [] if met else [detail]})
+    for row in rows:
+        row["verdict"] = "MET" if row["met"] else "MISS"
+    return rows
+
+
+def print_projection(e2e: dict, device: projection.Device) -> None:
+    """Per mode, cell, foo setup and kind: the measured p50 beside the time the counts
+    take on ``device`` (the kit's ``projection.project``), by term."""
+    print("\nProjected per request on a device, from the counts (serial: nothing overlaps; host: the server's CPU "
+          "time measured here)")  # fmt: skip
+    for line in projection.describe(device):
+        print(f"  {line}")
+    terms = ("bus", "memory", "launches", "syncs", "host")
+    head = f"{'measured':>10}{'projected':>10}" + "".join(f"{t:>9}" for t in terms)
+    for mode in dict.fromkeys(m for by_mode in e2e.values() for m in by_mode):
+        print(f"\n  {mode} (ms per request)\n  {'cell':<28}{'setup':<14}{'kind':<9}{head}")
+        for setup, by_mode in e2e.items():
+            if not setup.startswith(("native", "baseline")) or mode not in by_mode:
+                continue
+            for cell, result in by_mode[mode].items():
+                for kind in ("store", "retrieve"):
+                    got = result[kind].get("counts")
+                    if not got:
+                        continue
+                    projected = projection.project(device, counted(got["totals"], got["rounds"], got["cell"]))
+                    figures = "".join(f"{projected[t] * 1e3:>9.3f}" for t in terms)
+                    print(f"  {cell:<28}{setup:<14}{kind:<9}{result[kind]['p50_ms']:>10.2f}"
+                          f"{projected['total'] * 1e3:>10.3f}{figures}")  # fmt: skip

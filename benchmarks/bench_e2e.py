@@ -28,6 +28,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 
@@ -85,10 +86,10 @@ def run_mode(
     package: str, setups: list[str], mode: str, cells: list[dict[str, int]], log_dir: Path,
     child_env: Callable[[dict], dict[str, str]], progress: Callable[[str], None],
     profile: Callable[[dict[str, int]], AbstractContextManager[list[Path]]] | None = None,
-) -> tuple[dict[str, dict[str, dict]], dict[str, list[float]], dict[str, dict], list[Path]]:  # fmt: skip
+) -> tuple[dict[str, dict[str, dict]], dict[str, dict[str, list[float]]], dict[str, dict], list[Path]]:  # fmt: skip
     """All cells of one transfer mode, ``setups`` side by side: ({setup: {cell id:
-    samples}}, {cell id: memcpy samples}, what each setup's ranks and server said of
-    the paths they took ({setup: {"ranks": [...], "server_log": path, ...}}); with
+    samples}}, {cell id: {"one": memcpy samples, "two": memcpy pairs side by side}}, what
+    each setup's ranks and server said of the paths they took ({setup: {"ranks": [...], "server_log": path, ...}}); with
     ``profile`` (pids by role -> a sampler; one setup), the profiles it wrote."""
     from lmcache_device_kit.harness.scheduler import Scheduler
     from lmcache_device_kit.harness.servers import running_server
@@ -96,7 +97,7 @@ def run_mode(
     server_mode, worker_mode, shm = MODES[mode]
     largest = max(c["chunks"] * c["concurrency"] for c in cells)
     results: dict[str, dict[str, dict]] = {setup: {} for setup in setups}
-    copies: dict[str, list[float]] = {}
+    copies: dict[str, dict[str, list[float]]] = {}
     paths: dict[str, dict] = {}
     profiles: list[Path] = []
     memcpy = memcpy_timer()
@@ -160,24 +161,35 @@ def run_mode(
     return results, copies, paths, profiles
 
 
-def memcpy_timer(kept: int = 4) -> Callable[[], list[float]]:
-    """The yardstick, timed in the cells' rounds: host memcpys of the base cell's bytes
+def memcpy_timer(kept: int = 4) -> Callable[[], tuple[list[float], list[float]]]:
+    """The yardsticks, timed in the cells' rounds: host memcpys of the base cell's bytes
     back to back between two warm buffers, ``kept`` counted after SETTLE uncounted
     (after a round the first takes about 5 ms here, the tenth 2.7 ms): the steady
-    state, as at op level, not a memcpy slowed by what ran before it."""
+    state, as at op level, not a memcpy slowed by what ran before it. Then as many
+    pairs of such memcpys run side by side, two threads on their own buffers (a torch
+    copy leaves the GIL): what two concurrent requests could reach on this machine.
+    Returns (one memcpy's times, a pair's times: both started to both done)."""
     import torch
 
     torch.set_num_threads(1)
-    src = torch.empty(OP_CHUNKS * CHUNK_BYTES, dtype=torch.uint8).fill_(1)
-    dst = torch.empty_like(src).fill_(2)
+    buffers = [torch.empty(OP_CHUNKS * CHUNK_BYTES, dtype=torch.uint8).fill_(i) for i in range(4)]
+    src, dst = buffers[0], buffers[1]
+    pool = ThreadPoolExecutor(2, thread_name_prefix="bench-memcpy")
 
-    def run() -> list[float]:
+    def run() -> tuple[list[float], list[float]]:
         times = []
         for _ in range(SETTLE + kept):
             start = time.perf_counter()
             dst.copy_(src)
             times.append(time.perf_counter() - start)
-        return times[SETTLE:]
+        pairs = []
+        for _ in range(SETTLE + kept):
+            start = time.perf_counter()
+            done = [pool.submit(b.copy_, a) for a, b in ((src, dst), (buffers[2], buffers[3]))]
+            for future in done:
+                future.result()
+            pairs.append(time.perf_counter() - start)
+        return times[SETTLE:], pairs[SETTLE:]
 
     return run
 
@@ -255,21 +267,26 @@ class Lane:
             rank.close()
 
 
-def run_cell(lanes: list, cell: dict[str, int], memcpy: Callable[[], list[float]]) -> list[float]:
+def run_cell(
+    lanes: list, cell: dict[str, int], memcpy: Callable[[], tuple[list[float], list[float]]]
+) -> dict[str, list[float]]:
     """One cell, the lanes' rounds in turn, the order rotating every round (no setup
-    always follows the slow one); a memcpy timed after each measured round. A lane
+    always follows the slow one); the memcpys timed after each measured round. A lane
     stops after MIN_REPS measured rounds once they took CELL_SECONDS (LMCache's
-    baseline on foo is slow), the others go on. Returns the memcpy samples."""
+    baseline on foo is slow), the others go on. Returns the memcpy samples: "one"
+    memcpy's, "two" side by side."""
     for lane in lanes:
         lane.start_cell()
-    copies: list[float] = []
+    copies: dict[str, list[float]] = {"one": [], "two": []}
     active = list(lanes)
     for rep in range(WARMUP + reps(cell)):
         turn = rep % len(active)
         for lane in active[turn:] + active[:turn]:
             lane.round(cell, measured=rep >= WARMUP, check=rep == WARMUP)
         if rep >= WARMUP:
-            copies += memcpy()
+            one, two = memcpy()
+            copies["one"] += one
+            copies["two"] += two
         active = [lane for lane in active if rep + 1 - WARMUP < MIN_REPS or lane.spent <= CELL_SECONDS]
         if not active:
             break

@@ -20,6 +20,8 @@ from pathlib import Path
 from bench_plan import (
     BASE,
     CHUNK_BYTES,
+    CONCURRENT_OF_MEMCPYS,
+    CONCURRENT_VS_ONE,
     CPU_SETUPS,
     E2E_64_VS_MEMCPY,
     MODES,
@@ -108,7 +110,8 @@ def verdict(row: dict) -> str:
 def targets(ops: dict, e2e: dict, copies: dict) -> list[dict]:
     """Each target: name, ratio with its interval, limit, verdict, met. An op-level
     target reads the memcpy timed among its ops, an end-to-end one the memcpy timed
-    in its own cell's rounds (``copies``: {mode: {cell id: seconds}})."""
+    in its own cell's rounds (``copies``: {mode: {cell id: {"one": seconds of a memcpy,
+    "two": of two side by side}}})."""
     base = cell_id(BASE)
     rows = []
 
@@ -126,15 +129,25 @@ def targets(ops: dict, e2e: dict, copies: dict) -> list[dict]:
             add(f"{mode} {kind} ({base}): {setup} / native foo >= {STORE_RETRIEVE_VS_CPU}x", STORE_RETRIEVE_VS_CPU,
                 [(e2e[setup][mode][base][kind]["latencies"], native)])  # fmt: skip
             add(f"{mode} {kind} ({base}): native foo within {WITHIN_MEMCPY:g}x memcpy time", 1.0,
-                [(copies[mode][base], native)], WITHIN_MEMCPY)  # fmt: skip
+                [(copies[mode][base]["one"], native)], WITHIN_MEMCPY)  # fmt: skip
     big = {**BASE, "chunks": max(SWEEPS["chunks"])}
     for mode in MODES:
         for kind in KINDS:
             walls = e2e["native foo"][mode][cell_id(big)][kind]["walls"]
             # throughput / memcpy bandwidth = memcpy time of the cell's bytes / wall
             add(f"{mode} {kind} ({cell_id(big)}): native foo throughput >= {E2E_64_VS_MEMCPY:.0%} of memcpy "
-                "bandwidth", E2E_64_VS_MEMCPY, [(copies[mode][cell_id(big)], walls)],
+                "bandwidth", E2E_64_VS_MEMCPY, [(copies[mode][cell_id(big)]["one"], walls)],
                 cell_bytes(big) / (OP_CHUNKS * CHUNK_BYTES))  # fmt: skip
+    two = {**BASE, "concurrency": 2}
+    for mode in MODES:
+        memcpys = copies[mode][cell_id(two)]
+        gain = 2 * statistics.median(memcpys["one"]) / statistics.median(memcpys["two"])
+        limit = min(CONCURRENT_VS_ONE, CONCURRENT_OF_MEMCPYS * gain)
+        for kind in KINDS:
+            one, both = (e2e["native foo"][mode][cell_id(c)][kind]["walls"] for c in (BASE, two))
+            # throughput of two / of one = (2 x bytes / wall of two) / (bytes / wall of one)
+            add(f"{mode} {kind}: native foo throughput of 2 concurrent requests >= {CONCURRENT_VS_ONE}x one's, or "
+                f"{CONCURRENT_OF_MEMCPYS:g}x the {gain:.2f}x two memcpys side by side reach", limit, [(one, both)], 2.0)  # fmt: skip
     for row in rows:
         row["verdict"] = verdict(row)
         row["met"] = row["verdict"] == "MET"
@@ -168,7 +181,7 @@ def print_tables(ops: dict, e2e: dict, copies: dict) -> None:
         print(f"\nEnd to end, {mode} (latency per request: submit to completion; throughput: bytes / wall)")
         print(f"  {'cell':<28}{'setup':<26}{'store p50':>10}{'p99':>8}{'GB/s':>7}{'retr p50':>10}{'p99':>8}{'GB/s':>7}")
         for cell in next(iter(e2e.values()))[mode]:
-            t = copies[mode][cell]
+            t = copies[mode][cell]["one"]
             print(f"  {cell:<28}{f'host memcpy, {OP_CHUNKS * CHUNK_BYTES >> 20} MiB':<26}{pct(t, 50) * 1e3:>10.2f}"
                   f"{pct(t, 99) * 1e3:>8.2f}{OP_CHUNKS * CHUNK_BYTES / statistics.median(t) / 1e9:>7.2f}")  # fmt: skip
             for setup in e2e:
@@ -206,10 +219,11 @@ def plot(e2e: dict, out: Path) -> list[Path]:
 
 
 def write(
-    out: Path, ops: dict, e2e: dict, copies: dict, rows: list[dict], found: list[str], note: str, latency_us: int
-) -> Path:
+    out: Path, ops: dict, e2e: dict, copies: dict, rows: list[dict], found: list[str], note: str, latency_us: int,
+    device: dict,
+) -> Path:  # fmt: skip
     path = out / "bench.json"
     document = {"ops": ops, "e2e": e2e, "e2e_memcpy": copies, "targets": rows, "slow_paths": found, "regimes": note,
-                "launch_latency_us": latency_us}  # fmt: skip
+                "launch_latency_us": latency_us, "projected_on": device}  # fmt: skip
     path.write_text(json.dumps(document, indent=1))
     return path

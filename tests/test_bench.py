@@ -133,27 +133,39 @@ def test_the_setups_of_a_cell_take_turns_each_round_and_a_slow_one_stops_alone()
     fast = [FakeLane(name, turns, 0.01) for name in ("a", "b")]
     slow = FakeLane("slow", turns, bench_plan.CELL_SECONDS)
     cell = {**bench_plan.BASE, "chunks": 16}
-    copies = bench_e2e.run_cell([*fast, slow], cell, lambda: [0.001, 0.002])
+    copies = bench_e2e.run_cell([*fast, slow], cell, lambda: ([0.001, 0.002], [0.003]))
     assert turns[:9] == ["a", "b", "slow", "b", "slow", "a", "slow", "a", "b"]
     assert slow.measured == bench_plan.MIN_REPS
     assert [lane.measured for lane in fast] == [bench_plan.reps(cell)] * 2
     assert [lane.checked for lane in (*fast, slow)] == [1, 1, 1], "the first measured round compares bytes"
-    assert len(copies) == 2 * bench_plan.reps(cell), "a memcpy after every measured round"
+    assert len(copies["one"]) == 2 * bench_plan.reps(cell), "a memcpy after every measured round"
+    assert len(copies["two"]) == bench_plan.reps(cell), "and two side by side"
 
 
-def synthetic_run(native_ms: float, cpu_ms: float, cell_memcpy_ms: float, op_memcpy_ms: float) -> tuple:
-    """ops, e2e and cell memcpys of a complete run whose every sample is the same."""
-    cells = [bench_plan.BASE, {**bench_plan.BASE, "chunks": max(bench_plan.SWEEPS["chunks"])}]
+def synthetic_run(
+    native_ms: float, cpu_ms: float, cell_memcpy_ms: float, op_memcpy_ms: float, two_memcpys_ms: float | None = None,
+    two_requests_ms: float | None = None,
+) -> tuple:  # fmt: skip
+    """ops, e2e and cell memcpys of a complete run whose every sample is the same (two
+    concurrent requests take ``two_requests_ms``, two memcpys side by side ``two_memcpys_ms``:
+    by default as long as one, twice the throughput)."""
+    two = {**bench_plan.BASE, "concurrency": 2}
+    cells = [bench_plan.BASE, {**bench_plan.BASE, "chunks": max(bench_plan.SWEEPS["chunks"])}, two]
 
     def summary(ms: float) -> dict:
-        samples = {kind: [ms / 1e3] * 10 for kind in ("store", "retrieve", "store_wall", "retrieve_wall")}
-        return {bench_plan.cell_id(c): bench_report.summarize(c, {**samples, "bytes_match": True}) for c in cells}
+        out = {}
+        for c in cells:
+            wall = (two_requests_ms or ms) if c == two else ms
+            samples = {kind: [wall / 1e3] * 10 for kind in ("store", "retrieve", "store_wall", "retrieve_wall")}
+            out[bench_plan.cell_id(c)] = bench_report.summarize(c, {**samples, "bytes_match": True})
+        return out
 
     times = {"gather": [0.004] * 10, "scatter": [0.004] * 10, "memcpy": [op_memcpy_ms / 1e3] * 10}
     ops = {"native foo": {"times": times, "processes": [times, times]}}
     e2e = {setup: {mode: summary(native_ms if setup == "native foo" else cpu_ms) for mode in bench_plan.MODES}
            for setup in ("native foo", *bench_plan.CPU_SETUPS)}  # fmt: skip
-    copies = {mode: {bench_plan.cell_id(c): [cell_memcpy_ms / 1e3] * 10 for c in cells} for mode in bench_plan.MODES}
+    memcpys = {"one": [cell_memcpy_ms / 1e3] * 10, "two": [(two_memcpys_ms or cell_memcpy_ms) / 1e3] * 10}
+    copies = {mode: {bench_plan.cell_id(c): memcpys for c in cells} for mode in bench_plan.MODES}
     return ops, e2e, copies
 
 
@@ -162,13 +174,34 @@ def test_an_end_to_end_target_reads_the_memcpy_timed_in_its_own_cells_rounds() -
     level: a drift between the two must not move the verdict."""
     rows = {r["name"]: r for r in bench_report.targets(*synthetic_run(10.0, 20.0, 3.0, 6.0))}
     within = next(r for name, r in rows.items() if name.startswith("lmcache-driven store") and "memcpy time" in name)
-    assert within["ratio"] == pytest.approx(3 * 3.0 / 10.0) and not within["met"]
+    assert within["ratio"] == pytest.approx(bench_plan.WITHIN_MEMCPY * 3.0 / 10.0) and not within["met"]
     vs_cpu = next(r for name, r in rows.items() if name.startswith("lmcache-driven store") and "/ native foo" in name)
     assert vs_cpu["ratio"] == pytest.approx(2.0) and vs_cpu["met"]
     big = next(r for name, r in rows.items() if "64 chunks" in name and name.startswith("engine-driven SHM retrieve"))
     assert big["ratio"] == pytest.approx(3.0 * 16 / 10.0)
     gather = next(r for name, r in rows.items() if "native gather" in name)
     assert gather["ratio"] == pytest.approx(6.0 / 4.0), "op level keeps the memcpy timed among its ops"
+
+
+@pytest.mark.parametrize(
+    ("two_memcpys_ms", "two_requests_ms", "limit", "met"),
+    [
+        (3.0, 15.0, 1.3, True),  # memcpys gain 2x: the target is 1.3x; two requests reach 2 x 10 / 15 = 1.33x
+        (3.0, 16.0, 1.3, False),  # 1.25x
+        (5.0, 16.0, 0.8 * 1.2, True),  # memcpys gain only 1.2x: 0.8 of that is enough
+        (5.0, 22.0, 0.8 * 1.2, False),  # 0.91x: less than 0.96
+    ],
+)
+def test_two_concurrent_requests_are_held_to_what_two_memcpys_side_by_side_reach_on_this_machine(
+    two_memcpys_ms: float, two_requests_ms: float, limit: float, met: bool
+) -> None:
+    """2 cores: where two host memcpys gain less than 1.3x over one, two requests are held to
+    0.8 of their gain, measured in the same cell's rounds."""
+    rows = bench_report.targets(*synthetic_run(10.0, 20.0, 3.0, 6.0, two_memcpys_ms, two_requests_ms))
+    concurrent = [r for r in rows if "2 concurrent requests" in r["name"]]
+    assert len(concurrent) == 2 * len(bench_plan.MODES)
+    assert all(r["limit"] == pytest.approx(limit) and r["met"] is met for r in concurrent)
+    assert concurrent[0]["ratio"] == pytest.approx(2 * 10.0 / two_requests_ms)
 
 
 def test_a_profile_charges_samples_to_the_transfer_not_to_the_benchmarks_own_waits(tmp_path: Path) -> None:
