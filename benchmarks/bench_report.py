@@ -130,6 +130,14 @@ def targets(ops: dict, e2e: dict, copies: dict) -> list[dict]:
                 [(e2e[setup][mode][base][kind]["latencies"], native)])  # fmt: skip
             add(f"{mode} {kind} ({base}): native foo within {WITHIN_MEMCPY:g}x memcpy time", 1.0,
                 [(copies[mode][base]["one"], native)], WITHIN_MEMCPY)  # fmt: skip
+            allowed = WITHIN_MEMCPY * statistics.median(copies[mode][base]["one"]) * 1e3
+            fixed = {s: intercept(e2e[s][mode], kind) for s in ("native foo", setup)}
+            if fixed["native foo"] is not None and fixed["native foo"] >= allowed:
+                rows[-1]["bound"] = (
+                    f"a request's fixed cost here, {fixed['native foo']:.1f} ms (the intercept of native foo's p50 "
+                    f"over 1-64 chunks; LMCache's CPU path's: {fixed[setup]:.1f} ms), alone exceeds the "
+                    f"{allowed:.1f} ms the limit allows: no plugin meets it on this machine"
+                )
     big = {**BASE, "chunks": max(SWEEPS["chunks"])}
     for mode in MODES:
         for kind in KINDS:
@@ -138,6 +146,18 @@ def targets(ops: dict, e2e: dict, copies: dict) -> list[dict]:
             add(f"{mode} {kind} ({cell_id(big)}): native foo throughput >= {E2E_64_VS_MEMCPY:.0%} of memcpy "
                 "bandwidth", E2E_64_VS_MEMCPY, [(copies[mode][cell_id(big)]["one"], walls)],
                 cell_bytes(big) / (OP_CHUNKS * CHUNK_BYTES))  # fmt: skip
+            memcpys = copies[mode][cell_id(big)]
+            gain = 2 * statistics.median(memcpys["one"]) / statistics.median(memcpys["two"])
+            counts = e2e["native foo"][mode][cell_id(big)][kind].get("counts")
+            if counts:
+                # what the emulator copies through this host's memory, per payload byte
+                moved = counts["boundary_x_payload"] + counts["device_internal_x_payload"]
+                if gain / moved < E2E_64_VS_MEMCPY:
+                    rows[-1]["bound"] = (
+                        f"the path copies {moved:.2f}x the payload through this host's memory (counted: across the "
+                        f"boundary and within the device, which the emulator's device memory is), and two memcpys side "
+                        f"by side reach {gain:.2f}x one: about {gain / moved:.2f} of memcpy bandwidth at most, here"
+                    )
     two = {**BASE, "concurrency": 2}
     for mode in MODES:
         memcpys = copies[mode][cell_id(two)]
@@ -152,6 +172,18 @@ def targets(ops: dict, e2e: dict, copies: dict) -> list[dict]:
         row["verdict"] = verdict(row)
         row["met"] = row["verdict"] == "MET"
     return rows
+
+
+def intercept(by_cell: dict, kind: str) -> float | None:
+    """A request's fixed cost, ms: the intercept of a least-squares line through the p50
+    of one request at TP=1 over the chunk sweep (None without two sizes)."""
+    points = [(cell["chunks"], by_cell[cell_id(cell)][kind]["p50_ms"]) for cell in
+              ({**BASE, "chunks": n} for n in SWEEPS["chunks"]) if cell_id(cell) in by_cell]  # fmt: skip
+    if len({x for x, _ in points}) < 2:
+        return None
+    mx, my = statistics.fmean(x for x, _ in points), statistics.fmean(y for _, y in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return my - slope * mx
 
 
 def regime_note(ops: dict, e2e: dict) -> str:

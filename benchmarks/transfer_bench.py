@@ -171,6 +171,8 @@ def main() -> int:
     for row in rows:
         print(f"  {row['verdict']:<20} {row['name']}: {row['ratio']:.2f} "
               f"(95% interval {row['low']:.2f}-{row['high']:.2f}, limit {row['limit']:g})")  # fmt: skip
+        if "bound" in row:
+            print(f"  {'':<22}bound: {row['bound']}")
     print("\nSlow paths: " + ("none: every process took the path its setup asks for" if not found else ""))
     for finding in found:
         print(f"  DEGRADED {finding}")
