@@ -18,6 +18,7 @@ Imports the standard library and the kit (no torch).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench_plan import BLOCK, CHUNK, CHUNK_BYTES, EMULATOR_ENV_VAR, cell_id
@@ -124,6 +125,20 @@ COLUMNS = (
 )
 
 
+def counted_rows(e2e: dict, head: str) -> Iterator[tuple[str, str, str, dict, dict]]:
+    """Every (cell id, setup, kind, its result, its counts) of a foo setup, by mode,
+    after printing the mode's heading with ``head``."""
+    for mode in dict.fromkeys(m for by_mode in e2e.values() for m in by_mode):
+        print(f"\n  {mode}\n  {'cell':<28}{'setup':<14}{'kind':<9}{head}")
+        for setup, by_mode in e2e.items():
+            if not setup.startswith(("native", "baseline")) or mode not in by_mode:
+                continue
+            for cell, result in by_mode[mode].items():
+                for kind in ("store", "retrieve"):
+                    if result[kind].get("counts"):
+                        yield cell, setup, kind, result[kind], result[kind]["counts"]
+
+
 def print_table(e2e: dict) -> None:
     """Per mode, cell, setup and kind, the counted figures (foo setups only)."""
     print(
@@ -135,20 +150,9 @@ def print_table(e2e: dict) -> None:
         "srvCPU: the server's CPU time per chunk, the emulated device's threads left out)"
     )
     head = "".join(f"{title:>{max(9, len(title) + 1)}}" for title, _, _ in COLUMNS)
-    for mode in dict.fromkeys(m for by_mode in e2e.values() for m in by_mode):
-        print(f"\n  {mode}\n  {'cell':<28}{'setup':<14}{'kind':<9}{head}")
-        for setup, by_mode in e2e.items():
-            if not setup.startswith(("native", "baseline")) or mode not in by_mode:
-                continue
-            for cell, result in by_mode[mode].items():
-                for kind in ("store", "retrieve"):
-                    counted = result[kind].get("counts")
-                    if not counted:
-                        continue
-                    row = "".join(
-                        f"{fmt.format(counted[key]):>{max(9, len(title) + 1)}}" for title, key, fmt in COLUMNS
-                    )
-                    print(f"  {cell:<28}{setup:<14}{kind:<9}{row}")
+    for cell, setup, kind, _, got in counted_rows(e2e, head):
+        row = "".join(f"{fmt.format(got[key]):>{max(9, len(title) + 1)}}" for title, key, fmt in COLUMNS)
+        print(f"  {cell:<28}{setup:<14}{kind:<9}{row}")
 
 
 def native_counts(e2e: dict, mode: str) -> list[tuple[dict[str, int], str, Counted]]:
@@ -200,17 +204,8 @@ def print_projection(e2e: dict, device: projection.Device) -> None:
         print(f"  {line}")
     terms = ("bus", "memory", "launches", "syncs", "host")
     head = f"{'measured':>10}{'projected':>10}" + "".join(f"{t:>9}" for t in terms)
-    for mode in dict.fromkeys(m for by_mode in e2e.values() for m in by_mode):
-        print(f"\n  {mode} (ms per request)\n  {'cell':<28}{'setup':<14}{'kind':<9}{head}")
-        for setup, by_mode in e2e.items():
-            if not setup.startswith(("native", "baseline")) or mode not in by_mode:
-                continue
-            for cell, result in by_mode[mode].items():
-                for kind in ("store", "retrieve"):
-                    got = result[kind].get("counts")
-                    if not got:
-                        continue
-                    projected = projection.project(device, counted(got["totals"], got["rounds"], got["cell"]))
-                    figures = "".join(f"{projected[t] * 1e3:>9.3f}" for t in terms)
-                    print(f"  {cell:<28}{setup:<14}{kind:<9}{result[kind]['p50_ms']:>10.2f}"
-                          f"{projected['total'] * 1e3:>10.3f}{figures}")  # fmt: skip
+    for cell, setup, kind, result, got in counted_rows(e2e, head + "  (ms per request)"):
+        projected = projection.project(device, counted(got["totals"], got["rounds"], got["cell"]))
+        figures = "".join(f"{projected[t] * 1e3:>9.3f}" for t in terms)
+        print(f"  {cell:<28}{setup:<14}{kind:<9}{result['p50_ms']:>10.2f}"
+              f"{projected['total'] * 1e3:>10.3f}{figures}")  # fmt: skip
