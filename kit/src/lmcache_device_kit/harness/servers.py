@@ -122,6 +122,7 @@ class LMCacheServer:
         port: int | None = None,
         lazy_l1: bool = True,
         extra_args: Sequence[str] = (),
+        l2_adapters: Sequence[Mapping[str, Any]] = (),  # --l2-adapter JSON objects
     ):
         # a given port: restart a server where workers expect it
         self.port = port or free_port()
@@ -158,6 +159,8 @@ class LMCacheServer:
             self.argv += ["--shm-name", shm_name]
         if shm_name or not lazy_l1:
             self.argv += ["--no-l1-use-lazy"]
+        for adapter in l2_adapters:  # repeatable: one flag per adapter, in order
+            self.argv += ["--l2-adapter", json.dumps(dict(adapter))]
         self.argv += extra_args
         # Every flag is declared, so doctor --api checks it against each release.
         flags = [arg for arg in self.argv if arg.startswith("--")]
@@ -218,9 +221,8 @@ class LMCacheServer:
             self.process.wait(timeout=10)
 
     def log(self) -> str:
-        return (
-            self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        )
+        path = self.log_path
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log().splitlines()[-lines:])

@@ -184,6 +184,15 @@ SERVER_FLAGS: dict[str, tuple[str | None, str | None]] = {
         "--shm-name",
         "--no-l1-use-lazy",
         "--separate-object-groups",
+        # A cluster (conformance/cluster.py): servers sharing one L2, each adapter a
+        # repeated ``--l2-adapter '<JSON>'`` (lmcache/v1/distributed/l2_adapters/
+        # config.py), and for P2P between servers a coordinator and a channel.
+        "--l2-adapter",
+        "--coordinator-url",
+        "--coordinator-advertise-ip",
+        "--p2p-advertise-url",
+        "--p2p-lookup-timeout",
+        "--p2p-transfer-engine",
     )
 }
 
