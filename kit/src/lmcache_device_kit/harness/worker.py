@@ -80,6 +80,11 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--model", default="e2e-model")
     parser.add_argument("--device", help="default: the backend under test's device")
+    parser.add_argument(
+        "--device-index",
+        type=int,
+        help="default: rank %% device count (another node's rank 0 on device 1)",
+    )
     parser.add_argument("--mq-timeout", type=float, default=20.0)
     parser.add_argument(
         "--mode",
@@ -129,7 +134,10 @@ def main() -> int:
     torch.set_num_threads(1)
     used_blocks = args.tokens // BLOCK_SIZE
     num_blocks = 2 * used_blocks + 2
-    device = torch.device(args.device, args.rank % max(1, _device_count(args.device)))
+    index = args.device_index
+    if index is None:
+        index = args.rank % max(1, _device_count(args.device))
+    device = torch.device(args.device, index)
     # as a vLLM worker does: LMCache uses the current device
     getattr(torch, device.type).set_device(device)
 
@@ -187,6 +195,7 @@ def main() -> int:
             ok=ok,
             error=error,
             kv_device_type=device.type,
+            kv_device=str(device),
             transfer_context=type(source.transfer_ctx).__name__,
             sub_path=lmcache_calls.engine_sub_path(source.transfer_ctx),
             elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
@@ -257,6 +266,7 @@ def main() -> int:
             restored=restored,
             stray=stray,
             kv_device_type=planes_of(next(iter(target.values())))[0].device.type,
+            kv_device=str(planes_of(next(iter(target.values())))[0].device),
             elapsed_ms=elapsed_ms,
         )
 
