@@ -33,10 +33,10 @@ def kit_version(root: Path = KIT) -> str:
     return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
 
 
-def kit_test_requirements(root: Path = KIT) -> list[str]:
+def kit_test_requirements(root: Path = KIT, extra: str = "test") -> list[str]:
     """The kit's test extra (pytest, pytest-xdist): what every suite here runs under, pinned once there (a
-    render takes it as ``lmcache-device-kit[test]``)."""
-    return list(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"])
+    render takes it as ``lmcache-device-kit[test]``); ``extra="cluster"``: the real Redis the cluster tests run."""
+    return list(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"][extra])
 
 
 __all__ = [

@@ -25,7 +25,7 @@ import nox
 from tasks.checks import context
 from tasks.envs import TORCH, ReleaseEnv
 from tasks.kit import kit_structure_problems
-from tasks.kit_source import KIT
+from tasks.kit_source import KIT, kit_test_requirements
 from tasks.progress import timed
 from tasks.project import (
     build_emulator,
@@ -217,6 +217,7 @@ def prove_kit(session: nox.Session, release: str) -> None:
                 session.error("kit structure:\n  " + "\n  ".join(problems))
         with timings.step("wheel: build, check, install"):
             install_kit(session, env)
+            env.install(session, *kit_test_requirements(extra="cluster"))  # its tests run a real redis-server
         with timings.step("the kit's tests") as step, session.chdir(session.create_tmp()):
             env.run(session, "pytest", "-p", "no:cacheprovider", "-q", "-n", "auto", str(KIT / "tests"), *session.posargs,
                     env={"OMP_NUM_THREADS": "1"})  # fmt: skip

@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The cluster harness's own parts: L2 adapters on a server's command line, the real
+Redis a ``resp`` L2 runs against (started, killed and restarted on its port)."""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from pathlib import Path
+import json
+import socket
+
+# Third Party
+import pytest
+
+# First Party
+from lmcache_device_kit.harness import redis, servers
+
+
+def test_l2_adapters_become_one_l2_adapter_flag_each_in_order(tmp_path: Path) -> None:
+    adapters = [
+        {"type": "fs", "base_path": str(tmp_path / "l2")},
+        {"type": "resp", "host": "127.0.0.1", "port": 6399},
+    ]
+    server = servers.LMCacheServer(
+        tmp_path / "server.log", "engine_driven", l2_adapters=adapters
+    )
+    flags = [i for i, arg in enumerate(server.argv) if arg == "--l2-adapter"]
+    assert [json.loads(server.argv[i + 1]) for i in flags] == adapters
+
+
+def command(port: int, *words: str) -> bytes:
+    """One RESP command's raw reply from the Redis on ``port``."""
+    request = f"*{len(words)}\r\n" + "".join(f"${len(w)}\r\n{w}\r\n" for w in words)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request.encode())
+        return sock.recv(256)
+
+
+def test_redis_answers_then_a_kill_loses_its_data_and_a_restart_serves_the_same_port(
+    tmp_path: Path,
+) -> None:
+    """The fault tests kill Redis under the servers and bring it back where they
+    expect it: empty (no persistence), on the same port."""
+    server = redis.RedisServer(tmp_path / "redis.log")
+    with server:
+        assert redis.ping(server.port)
+        assert server.adapter == {
+            "type": "resp",
+            "host": "127.0.0.1",
+            "port": server.port,
+        }
+        assert command(server.port, "SET", "k", "v") == b"+OK\r\n"
+        server.kill()
+        assert not redis.ping(server.port)
+        port = server.port
+        server.restart()
+        assert server.port == port and redis.ping(port)
+        assert command(port, "EXISTS", "k") == b":0\r\n"
+    assert not redis.ping(server.port)
+    assert server.process is not None and server.process.returncode == 0
+
+
+def test_without_a_redis_binary_the_error_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(redis, "find_spec", lambda name: None)
+    monkeypatch.delenv(redis.ENV_VAR, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"lmcache-device-kit\[cluster\]"):
+        redis.find_binary()
+    monkeypatch.setenv(redis.ENV_VAR, str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="REDIS_SERVER=.*not an executable"):
+        redis.find_binary()
