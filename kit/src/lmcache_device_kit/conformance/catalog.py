@@ -21,6 +21,7 @@ from lmcache_device_kit.conformance import (
     bad_input,
     cache_context,
     cache_context_staging,
+    cluster,
     discovery,
     discovery_wheel,
     doctor,
@@ -86,6 +87,10 @@ BASES: tuple[type[ConformanceTests], ...] = (
     emulator_counters.BaseEmulatorCounterFilesTests,
     runtime_calls.BaseRuntimeCallsTests,
 )
+#: The classes a project runs apart from ``BASES``, each in a test module of its own
+#: (``tests/test_cluster.py``): marked ``cluster``, so its default run deselects them
+#: and a session of their own (``pytest -m cluster``) runs them.
+APART: tuple[type[ConformanceTests], ...] = (cluster.BaseClusterTests,)
 
 
 def subclass_name(base: type[ConformanceTests]) -> str:

@@ -72,6 +72,8 @@ MARKERS = (
     "own_server: starts (and breaks) a server of its own; scheduled first",
     "servers: starts lmcache server processes (a class with starts_servers)",
     "e2e: drives a real `lmcache server` on 127.0.0.1",
+    "cluster: two lmcache servers sharing one L2 (conformance/cluster.py); a "
+    "project's default run deselects it, pytest -m cluster runs it",
     "host_memory_mapping: depends on how the device maps pinned host memory for its "
     "kernels; TestHostMemory runs it again in the other mapping",
 )
