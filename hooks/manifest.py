@@ -106,7 +106,7 @@ PARTS = (
         "the kit's conformance suite, subclassed (LMCache's tree does not depend on the kit: the template runs it "
         "beside an in-tree contribution)",
         {"ownership": ("wheel",)},
-        (f"{TESTS}/conftest.py", f"{TESTS}/test_conformance.py"),
+        (f"{TESTS}/conftest.py", f"{TESTS}/test_conformance.py", f"{TESTS}/test_cluster.py"),
     ),
     Part(
         "an in-tree contribution's own tests, in LMCache's per-device style: support, transfers",

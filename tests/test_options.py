@@ -153,6 +153,25 @@ def test_in_tree_tests_are_lmcache_style_and_import_no_kit(render: Callable[...,
         assert "not FooDeviceSpec().is_available()," in text, name
 
 
+def catalog_list(name: str) -> list[str]:
+    """The classes a list of the kit's catalog (``BASES``, ``APART``) names, as ``module.BaseXTests``."""
+    catalog = ast.parse((KIT_CONFORMANCE / "catalog.py").read_text())
+    (bases,) = [n.value for n in catalog.body if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == name]
+    assert isinstance(bases, ast.Tuple)
+    return [ast.unparse(base) for base in bases.elts]
+
+
+def test_the_classes_run_apart_each_have_a_test_module_of_their_own(render: Callable[..., Path]) -> None:
+    """The catalog's APART classes (several servers per test: the cluster) are subclassed in their own module, which
+    a wheel render's default pytest run deselects by marker and ``nox -s cluster`` runs."""
+    project = render(lmcache_driven="default")
+    tree = ast.parse((project / "tests" / "test_cluster.py").read_text())
+    assert [ast.unparse(n.bases[0]) for n in tree.body if isinstance(n, ast.ClassDef)] == catalog_list("APART")
+    pytest_settings = (project / "pyproject.toml").read_text()
+    assert '"-m", "not cluster"' in pytest_settings
+    assert 'run_pytest(session, "-m", "cluster", ' in (project / "noxfile.py").read_text()
+
+
 def test_the_wheel_suite_subclasses_the_kits_catalog_in_its_order(render: Callable[..., Path]) -> None:
     """A wheel's tests/test_conformance.py subclasses every class of the kit's one list (``conformance.catalog``), in
     its order: the list the template's in-tree sessions subclass beside an in-tree contribution (tasks/suite.py). The
@@ -160,14 +179,11 @@ def test_the_wheel_suite_subclasses_the_kits_catalog_in_its_order(render: Callab
     skips them under the other model."""
     tree = ast.parse((render(lmcache_driven="default") / "tests" / "test_conformance.py").read_text())
     subclassed = [(n.name, ast.unparse(n.bases[0])) for n in tree.body if isinstance(n, ast.ClassDef)]
-    catalog = ast.parse((KIT_CONFORMANCE / "catalog.py").read_text())
-    (bases,) = [n.value for n in catalog.body if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "BASES"]
-    assert isinstance(bases, ast.Tuple)
-    listed = [ast.unparse(base) for base in bases.elts]
+    listed, apart = catalog_list("BASES"), catalog_list("APART")
     assert [base for _, base in subclassed] == listed
     assert all(name == "Test" + base.split(".Base")[1].removesuffix("Tests") for name, base in subclassed)
     classes = kit_requires()
-    assert set(listed) == set(classes), "the catalog lists every kit class, and only those"
+    assert set(listed) | set(apart) == set(classes), "the catalog lists every kit class, and only those"
     assert {name.split(".")[1] for name, needs in classes.items() if "wheel" in needs} == WHEEL_ONLY_CLASSES
     assert {name.split(".")[1] for name, needs in classes.items() if "in_tree" in needs} == IN_TREE_ONLY_CLASSES
 

@@ -53,6 +53,7 @@ EXPECTED_FILES = {
     *(f"emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES),
     "tests/conftest.py",
     "tests/test_conformance.py",
+    "tests/test_cluster.py",
 }
 NATIVE_FILES = {
     "setup.py", "src/lmcache_foo/_kernels.cpp", "src/lmcache_foo/_recorders.cpp", "src/lmcache_foo/_native_plan.py",
@@ -491,7 +492,9 @@ def test_the_wheel_requires_the_kit_in_a_compatible_range_and_its_doctor_says_ho
     kit = f"lmcache-device-kit>={kit_version()},<{major}.{int(minor) + 1}"
     assert declared["dependencies"] == ["lmcache>=0.5.4,<=0.5.6", kit]
     assert f"lmcache-device-kit[test]=={kit_version()}" in declared["optional-dependencies"]["test"]
-    assert set(declared["optional-dependencies"]) == {"test"}
+    # the cluster tests' extra: the kit's real Redis, apart from the test extra (tests/test_cluster.py)
+    assert declared["optional-dependencies"]["cluster"] == [f"lmcache-device-kit[cluster]=={kit_version()}"]
+    assert set(declared["optional-dependencies"]) == {"test", "cluster"}
     assert 'DISTRIBUTION = "lmcache-foo-device"' in (project / "src/lmcache_foo/doctor.py").read_text()
 
 

@@ -17,6 +17,8 @@ Sessions:
              unless {{ cookiecutter.__emulator_env_var }}=0.
 {% else %}             tree; without a device it skips what needs one.
 {% endif %}             One session per release: nox -s "tests({{ cookiecutter._lmcache_tested[-1] }})".
+  cluster    (not default) tests/test_cluster.py (pytest -m cluster): two servers
+             sharing one L2 (fs; resp on a real Redis, the cluster extra).
   lmcache_contract  LMCache's own device-generic tests (tests/v1/platform and the
              tests/v1/multiprocess files that use the device, from the release's sdist)
 {%- if cookiecutter.lmcache_driven != 'no' %}
@@ -242,16 +244,25 @@ def tests(session: nox.Session, lmcache: str) -> None:
     """The conformance suite against the installed wheel and one tested lmcache
     release."""
     install_plugin(session, lmcache)
-    with session.chdir(session.create_tmp()):  # nothing may resolve to the source tree
-        session.run(
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-ra",
-            str(ROOT / "tests"),
-            *session.posargs,
-            env={"OMP_NUM_THREADS": "1"},
-        )
+    run_pytest(session, str(ROOT / "tests"))
+
+
+def run_pytest(session: nox.Session, *args: str) -> None:
+    """pytest on ``args`` and the posargs, from an empty directory (nothing may resolve
+    to the source tree)."""
+    options = ["-p", "no:cacheprovider", "-ra", *args, *session.posargs]
+    with session.chdir(session.create_tmp()):
+        session.run("pytest", *options, env={"OMP_NUM_THREADS": "1"})
+
+
+@nox.session(default=False)
+def cluster(session: nox.Session) -> None:
+    """Two nodes sharing one L2, on the newest tested lmcache: the cluster extra (a real
+    Redis) beside the test extra, then ``pytest -m cluster`` (posargs go to pytest)."""
+    install_plugin(session, RELEASES[-1])
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    session.install(*project["optional-dependencies"]["cluster"])
+    run_pytest(session, "-m", "cluster", str(ROOT / "tests" / "test_cluster.py"))
 
 
 @nox.session

@@ -1,0 +1,23 @@
+# SPDX-License-Identifier: {{ cookiecutter.license }}
+# {{ cookiecutter._owner.template }}
+"""This backend in a cluster: two nodes sharing one LMCache L2, the kit's class.
+
+Two ``lmcache server`` processes on 127.0.0.1 stand for two hosts; they share an
+``fs`` directory or a real Redis (``resp``). A rank on node A stores from device 0,
+a rank on node B retrieves into device 1, byte for byte, in both transfer modes,
+and at TP=2 (see the kit's ``lmcache_device_kit.conformance.cluster``).
+
+Marked ``cluster``: the default run deselects it (pyproject.toml); run it with
+``nox -s cluster`` (README.md, "Running across nodes"), which installs the real
+Redis the ``resp`` cases need (the ``cluster`` extra). Imports only the kit.
+"""
+
+# Future
+from __future__ import annotations
+
+# Third Party
+from lmcache_device_kit.conformance import cluster
+
+
+class TestCluster(cluster.BaseClusterTests):
+    pass
