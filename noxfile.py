@@ -14,6 +14,8 @@ Sessions:
                      the newest supported lmcache, and run its whole conformance suite, end to end
                      against real ``lmcache server`` processes on 127.0.0.1.
                      ``-- all`` proves every wheel variant; ``-- engine-driven ...`` some.
+  cluster            the representative render's tests/test_cluster.py (``pytest -m cluster``, with its cluster
+                     extra: a real Redis): two servers sharing one L2 (fs, resp), both transfer modes, TP 1 and 2.
   in_tree            overlay each in-tree contribution onto the newest lmcache (package, then wire
                      patch) and run the same suite; undone afterwards.
   matrix             every option combination outside those variants: render, syntax, compile,
@@ -49,6 +51,7 @@ from packaging.version import Version
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tasks.checks import context  # noqa: E402
+from tasks.cluster import prove_cluster  # noqa: E402
 from tasks.envs import ReleaseEnv  # noqa: E402
 from tasks.kit_source import kit_test_requirements  # noqa: E402
 from tasks.matrix import check_combination  # noqa: E402
@@ -153,6 +156,12 @@ def lmcache_releases(session: nox.Session, lmcache: str) -> None:
 def in_tree(session: nox.Session) -> None:
     """Each in-tree contribution overlaid onto the newest lmcache with its wire patch, its whole suite, undone after."""
     prove_release(session, NEWEST, select(session, IN_TREE_VARIANTS, default=IN_TREE_VARIANTS))
+
+
+@nox.session(venv_backend="none", tags=["ci"])
+def cluster(session: nox.Session) -> None:
+    """The representative render's cluster tests: two servers sharing one L2 (fs, resp on a real Redis), both modes."""
+    prove_cluster(session)
 
 
 @nox.session(name="matrix", venv_backend="none", tags=["ci"])
