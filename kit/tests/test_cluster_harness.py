@@ -72,3 +72,31 @@ def test_without_a_redis_binary_the_error_names_the_extra_to_install(
     monkeypatch.setenv(redis.ENV_VAR, str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="REDIS_SERVER=.*not an executable"):
         redis.find_binary()
+
+
+def test_a_frozen_redis_answers_nothing_until_it_thaws_and_stops_cleanly_frozen(
+    tmp_path: Path,
+) -> None:
+    """The fault tests freeze Redis under the servers (SIGSTOP), then thaw or kill
+    it; a test that fails while it is frozen still stops it by SIGTERM."""
+    server = redis.RedisServer(tmp_path / "redis.log")
+    with server:
+        server.freeze()
+        assert not redis.ping(server.port, timeout=0.3)
+        server.thaw()
+        assert redis.ping(server.port)
+        server.freeze()
+    assert server.process is not None and server.process.returncode == 0
+
+
+def test_redis_commands_round_trip_binary_values_and_list_keys(tmp_path: Path) -> None:
+    """What a fault test reads and rewrites in the L2: any bytes, at any length."""
+    value = bytes(range(256)) * 3 + b"\r\n$-1\r\n"
+    with redis.RedisServer(tmp_path / "redis.log") as server:
+        assert redis.command(server.port, "SET", "k@0", value) == "OK"
+        assert redis.command(server.port, "GET", "k@0") == value
+        assert redis.command(server.port, "GET", "missing") is None
+        assert redis.command(server.port, "EXISTS", "k@0") == 1
+        assert server.keys() == {b"k@0"}
+        with pytest.raises(RuntimeError, match="redis: ERR"):
+            redis.command(server.port, "NOSUCHCOMMAND")

