@@ -53,6 +53,7 @@ from lmcache_device_kit.harness.nodes import (
 )
 from lmcache_device_kit.harness.redis import RedisServer
 from lmcache_device_kit.harness.servers import LMCacheServer
+from lmcache_device_kit.harness.shared_l2 import wait_read_locks
 
 #: The L2s the nodes share, each tested on an xdist worker of its own.
 L2_KINDS = [
@@ -161,7 +162,9 @@ class BaseClusterTests(ConformanceTests):
         retrieved = b.retrieve(request_id, prompt)
         b.scheduler.end_session(request_id)
         assert retrieved_on(retrieved) == [(True, True, device(1))], why(retrieved)
-        assert b.server.l1_status()["read_locked_count"] == 0
+        # LMCache-driven, B's server releases the lookup's read locks after the
+        # retrieve's completion is published: polled, a lock never released fails
+        wait_read_locks(b.server, locked=False)
 
     @pytest.mark.parametrize("mode", MODES, scope="class")
     @pytest.mark.parametrize("l2", L2_KINDS, scope="class")
