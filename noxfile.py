@@ -15,7 +15,8 @@ Sessions:
                      against real ``lmcache server`` processes on 127.0.0.1.
                      ``-- all`` proves every wheel variant; ``-- engine-driven ...`` some.
   cluster            the representative render's tests/test_cluster.py (``pytest -m cluster``, with its cluster
-                     extra: a real Redis): two servers sharing one L2 (fs, resp), both transfer modes, TP 1 and 2.
+                     and p2p extras: a real Redis, nixl): two servers sharing one L2 (fs, resp) or P2P through a
+                     coordinator, both transfer modes, TP 1 and 2.
   in_tree            overlay each in-tree contribution onto the newest lmcache (package, then wire
                      patch) and run the same suite; undone afterwards.
   matrix             every option combination outside those variants: render, syntax, compile,
@@ -160,7 +161,7 @@ def in_tree(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none", tags=["ci"])
 def cluster(session: nox.Session) -> None:
-    """The representative render's cluster tests: two servers sharing one L2 (fs, resp on a real Redis), both modes."""
+    """The representative render's cluster tests: two servers sharing one L2 (fs, resp on a real Redis) or P2P."""
     prove_cluster(session)
 
 

@@ -494,7 +494,9 @@ def test_the_wheel_requires_the_kit_in_a_compatible_range_and_its_doctor_says_ho
     assert f"lmcache-device-kit[test]=={kit_version()}" in declared["optional-dependencies"]["test"]
     # the cluster tests' extra: the kit's real Redis, apart from the test extra (tests/test_cluster.py)
     assert declared["optional-dependencies"]["cluster"] == [f"lmcache-device-kit[cluster]=={kit_version()}"]
-    assert set(declared["optional-dependencies"]) == {"test", "cluster"}
+    # the P2P cluster tests' transfer engine (nixl), apart again: only TestClusterP2P needs it
+    assert declared["optional-dependencies"]["p2p"] == [f"lmcache-device-kit[p2p]=={kit_version()}"]
+    assert set(declared["optional-dependencies"]) == {"test", "cluster", "p2p"}
     assert 'DISTRIBUTION = "lmcache-foo-device"' in (project / "src/lmcache_foo/doctor.py").read_text()
 
 

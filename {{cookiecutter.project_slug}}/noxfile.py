@@ -18,7 +18,8 @@ Sessions:
 {% else %}             tree; without a device it skips what needs one.
 {% endif %}             One session per release: nox -s "tests({{ cookiecutter._lmcache_tested[-1] }})".
   cluster    (not default) tests/test_cluster.py (pytest -m cluster): two servers
-             sharing one L2 (fs; resp on a real Redis, the cluster extra).
+             sharing one L2 (fs; resp on a real Redis, the cluster extra) or P2P
+             through a coordinator (nixl, the p2p extra).
   lmcache_contract  LMCache's own device-generic tests (tests/v1/platform and the
              tests/v1/multiprocess files that use the device, from the release's sdist)
 {%- if cookiecutter.lmcache_driven != 'no' %}
@@ -257,11 +258,14 @@ def run_pytest(session: nox.Session, *args: str) -> None:
 
 @nox.session(default=False)
 def cluster(session: nox.Session) -> None:
-    """Two nodes sharing one L2, on the newest tested lmcache: the cluster extra (a real
-    Redis) beside the test extra, then ``pytest -m cluster`` (posargs go to pytest)."""
+    """Two nodes sharing one L2 or P2P, on the newest tested lmcache: the cluster and
+    p2p extras (a real Redis, a transfer engine) beside the test extra, then
+    ``pytest -m cluster`` (posargs go to pytest)."""
     install_plugin(session, RELEASES[-1])
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    session.install(*project["optional-dependencies"]["cluster"])
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    session.install(*extras["cluster"], *extras["p2p"])
     run_pytest(session, "-m", "cluster", str(ROOT / "tests" / "test_cluster.py"))
 
 

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The cluster harness's own parts: L2 adapters on a server's command line, the real
-Redis a ``resp`` L2 runs against (started, killed and restarted on its port)."""
+Redis a ``resp`` L2 runs against (started, killed and restarted on its port), the
+coordinator P2P servers find each other through."""
 
 # Future
 from __future__ import annotations
@@ -14,7 +15,7 @@ import socket
 import pytest
 
 # First Party
-from lmcache_device_kit.harness import redis, servers
+from lmcache_device_kit.harness import coordinator, redis, servers
 
 
 def test_l2_adapters_become_one_l2_adapter_flag_each_in_order(tmp_path: Path) -> None:
@@ -100,3 +101,27 @@ def test_redis_commands_round_trip_binary_values_and_list_keys(tmp_path: Path) -
         assert server.keys() == {b"k@0"}
         with pytest.raises(RuntimeError, match="redis: ERR"):
             redis.command(server.port, "NOSUCHCOMMAND")
+def test_a_coordinator_answers_lists_no_server_yet_and_stops_by_pid(
+    tmp_path: Path,
+) -> None:
+    with coordinator.Coordinator(tmp_path / "coordinator.log") as running:
+        assert running.instances() == []
+        flags = running.server_args("nixl")
+    assert running.process is not None and running.process.poll() is not None
+    server = servers.LMCacheServer(
+        tmp_path / "server.log", "engine_driven", extra_args=flags
+    )
+    at = server.argv.index
+    assert server.argv[at("--coordinator-url") + 1] == running.url
+    assert server.argv[at("--coordinator-advertise-ip") + 1] == "127.0.0.1"
+    assert server.argv[at("--p2p-transfer-engine") + 1] == "nixl"
+
+
+def test_without_the_transfer_engine_the_skip_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(coordinator, "find_spec", lambda name: None)
+    reason = coordinator.missing_engine("nixl")
+    assert reason is not None and "lmcache-device-kit[p2p]" in reason
+    monkeypatch.setattr(coordinator, "find_spec", lambda name: name == "nixl_cu12")
+    assert coordinator.missing_engine("nixl") is None

@@ -23,6 +23,7 @@ from lmcache_device_kit.conformance import (
     cache_context_staging,
     cluster,
     cluster_faults,
+    cluster_p2p,
     discovery,
     discovery_wheel,
     doctor,
@@ -94,6 +95,7 @@ BASES: tuple[type[ConformanceTests], ...] = (
 APART: tuple[type[ConformanceTests], ...] = (
     cluster.BaseClusterTests,
     cluster_faults.BaseClusterFaultTests,
+    cluster_p2p.BaseClusterP2PTests,
 )
 
 

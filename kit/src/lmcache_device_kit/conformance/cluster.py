@@ -64,6 +64,24 @@ MODES = ("engine_driven", "lmcache_driven")
 _prompts = itertools.count(10_000, 1_000)  # first tokens of prompts no test shares
 
 
+def skip_unless_two_nodes_can_run(mode: str, request: pytest.FixtureRequest) -> None:
+    """Skip, with the reason, where this host lacks the two devices (A's device 0,
+    B's device 1) or the spec the transfer ``mode`` needs."""
+    # First Party
+    from lmcache_device_kit.conformance.support import device_runtime
+
+    count = int(device_runtime().device_count())
+    if count < 2:
+        pytest.skip(
+            f"two nodes need two {kit_backend.current().device_type} devices "
+            f"(A's device 0, B's device 1); this host has {count}"
+        )
+    if mode == "lmcache_driven" and not offers_lmcache_driven(
+        request.getfixturevalue("spec")
+    ):
+        pytest.skip(missing_reason({"lmcache_driven"}))
+
+
 @pytest.mark.e2e
 @pytest.mark.cluster
 class BaseClusterTests(ConformanceTests):
@@ -93,19 +111,7 @@ class BaseClusterTests(ConformanceTests):
         tmp_path_factory: pytest.TempPathFactory,
     ) -> Iterator[tuple[LMCacheServer, LMCacheServer]]:
         """Node A's and node B's servers on the shared L2, started side by side."""
-        # First Party
-        from lmcache_device_kit.conformance.support import device_runtime
-
-        count = int(device_runtime().device_count())
-        if count < 2:
-            pytest.skip(
-                f"two nodes need two {kit_backend.current().device_type} devices "
-                f"(A's device 0, B's device 1); this host has {count}"
-            )
-        if mode == "lmcache_driven" and not offers_lmcache_driven(
-            request.getfixturevalue("spec")
-        ):
-            pytest.skip(missing_reason({"lmcache_driven"}))
+        skip_unless_two_nodes_can_run(mode, request)
         logs = tmp_path_factory.mktemp(f"cluster-{shared_l2['type']}-{mode}")
         pair = [start_server(name, mode, shared_l2, logs) for name in "AB"]
         try:

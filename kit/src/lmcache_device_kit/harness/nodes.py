@@ -69,16 +69,23 @@ class Node:
         return close_all(self.ranks)
 
 
-def start_server(name: str, mode: str, l2: dict, log_dir: Path) -> LMCacheServer:
+def start_server(
+    name: str, mode: str, l2: dict | None, log_dir: Path, extra_args: tuple = ()
+) -> LMCacheServer:
     """A node's server: its own L1 (an SHM pool engine-driven, the plugin
-    LMCache-driven), the shared L2."""
+    LMCache-driven), the shared L2 if any, and ``extra_args`` (P2P's flags)."""
     options: dict[str, Any] = {"transfer_mode": mode, "l1_size_gb": L1_GB}
     if mode == "engine_driven":
         options["shm_name"] = f"e2e_cluster_{name}_{os.getpid()}_{next(_pools)}"
     else:
         options["env"] = plugin_server_env()
-        options["extra_args"] = ("--l1-init-size-gb", "0")
-    return LMCacheServer(log_dir / f"node-{name}.log", l2_adapters=[l2], **options)
+        extra_args = ("--l1-init-size-gb", "0", *extra_args)
+    return LMCacheServer(
+        log_dir / f"node-{name}.log",
+        l2_adapters=[l2] if l2 else [],
+        extra_args=extra_args,
+        **options,
+    )
 
 
 @contextmanager

@@ -190,6 +190,7 @@ SERVER_FLAGS: dict[str, tuple[str | None, str | None]] = {
         "--l2-adapter",
         "--coordinator-url",
         "--coordinator-advertise-ip",
+        "--coordinator-heartbeat-interval",
         "--p2p-advertise-url",
         "--p2p-lookup-timeout",
         "--p2p-transfer-engine",

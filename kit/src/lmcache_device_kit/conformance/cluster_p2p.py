@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Two nodes moving KV peer to peer: stored from one node's device, retrieved on
+another's, with no shared L2 at all.
+
+Two ``lmcache server`` processes on 127.0.0.1 stand for two hosts, each on one
+real ``lmcache coordinator`` with P2P on (``harness/coordinator.py``: the flags,
+the traps). Neither has an ``--l2-adapter``: what node B finds, it finds in node
+A's L1 through its ``p2p`` adapter, and its transfer channel (nixl, on CPU memory)
+copies it into B's L1. Node A's rank stores from device 0; node B's looks up and
+retrieves through B's own server into device 1, byte for byte, in both transfer
+modes.
+
+What the plugin does for it: nothing. LMCache's channel registers the host L1
+buffer only, so P2P moves L1 to L1 in host memory and the device is touched only
+by the store on A and the retrieve on B, as on one node.
+
+Marked ``cluster``: a project's default run deselects it, ``pytest -m cluster``
+runs it. Skips, naming the extra to install, where the transfer engine is
+missing. Must not import lmcache, torch or the plugin at import time.
+"""
+
+# Future
+from __future__ import annotations
+
+# Standard
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+import itertools
+import time
+
+# Third Party
+import pytest
+
+# First Party
+from lmcache_device_kit.conformance.base import ConformanceTests
+from lmcache_device_kit.conformance.cluster import MODES, skip_unless_two_nodes_can_run
+from lmcache_device_kit.harness.coordinator import Coordinator, missing_engine
+from lmcache_device_kit.harness.nodes import (
+    TOKENS,
+    Node,
+    device,
+    lookup_once,
+    lookup_until_stored,
+    node,
+    release,
+    retrieved_on,
+    start_server,
+    why,
+)
+from lmcache_device_kit.harness.servers import LMCacheServer
+
+_prompts = itertools.count(50_000, 1_000)  # first tokens of prompts no test shares
+
+
+def p2p_peers(server: LMCacheServer) -> int:
+    """How many peers ``server``'s P2P controller holds an adapter for (its
+    ``/status``, wherever the release nests it); -1 where P2P is off."""
+    pending = [server.status()]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            if "p2p_peer_count" in item and item.get("p2p_enabled"):
+                return int(item["p2p_peer_count"])
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return -1
+
+
+def wait_for_peers(pair: list[LMCacheServer], timeout: float = 30) -> None:
+    """Until each server lists the other as its peer (one poll of the coordinator
+    after both registered), so a miss on B is a miss A answered."""
+    deadline = time.monotonic() + timeout
+    while [p2p_peers(server) for server in pair] != [1, 1]:
+        if time.monotonic() > deadline:
+            counts = [p2p_peers(server) for server in pair]
+            raise AssertionError(
+                f"servers' P2P peers {counts} after {timeout}s, want [1, 1]:\n"
+                + "\n".join(server.log_tail() for server in pair)
+            )
+        time.sleep(0.2)
+
+
+@pytest.mark.e2e
+@pytest.mark.cluster
+@pytest.mark.xdist_group("cluster-p2p")
+class BaseClusterP2PTests(ConformanceTests):
+    """Two servers on one coordinator, P2P through ``engine``, in both modes."""
+
+    starts_servers = True
+    #: LMCache's ``--p2p-transfer-engine``; one of ``harness.coordinator.ENGINES``.
+    engine = "nixl"
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def p2p_servers(
+        cls,
+        mode: str,
+        request: pytest.FixtureRequest,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> Iterator[tuple[LMCacheServer, LMCacheServer]]:
+        """Node A's and node B's servers, P2P peers on one coordinator, no L2."""
+        missing = missing_engine(cls.engine)
+        if missing:
+            pytest.skip(missing)
+        skip_unless_two_nodes_can_run(mode, request)
+        logs = tmp_path_factory.mktemp(f"cluster-p2p-{mode}")
+        with Coordinator(logs / "coordinator.log") as hub:
+            pair = [  # each its own channel port
+                start_server(name, mode, None, logs, hub.server_args(cls.engine))
+                for name in "AB"
+            ]
+            try:
+                with ThreadPoolExecutor(2) as pool:
+                    list(pool.map(LMCacheServer.start, pair))
+                wait_for_peers(pair)
+                yield pair[0], pair[1]
+            finally:
+                for server in pair:
+                    server.stop(wait=True)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def p2p_tp1(
+        cls,
+        p2p_servers: tuple[LMCacheServer, LMCacheServer],
+        mode: str,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> Iterator[tuple[Node, Node]]:
+        """One rank per node: A's on device 0, B's on device 1 (both rank 0)."""
+        logs = tmp_path_factory.mktemp("p2p-tp1-ranks")
+        with node(p2p_servers[0], mode, [0], logs) as a:
+            with node(p2p_servers[1], mode, [1], logs) as b:
+                yield a, b
+
+    @pytest.mark.parametrize("mode", MODES, scope="class")
+    def test_node_b_misses_a_prompt_until_node_a_stores_it_then_hits_it_through_p2p(
+        self, p2p_tp1: tuple[Node, Node]
+    ) -> None:
+        """B's lookup, which asks its peer A, misses a prompt no node stored; once
+        A stores it, B's lookups hit it in full, with no L2 between them."""
+        a, b = p2p_tp1
+        prompt = next(_prompts)
+        assert lookup_once(b, f"before-{prompt}", prompt) == 0
+        assert [r["ok"] for r in a.store(prompt)] == [True]
+        request_id, hit = lookup_until_stored(b, f"after-{prompt}", prompt)
+        assert hit == TOKENS, b.server.log_tail()
+        release(b, request_id, prompt, hit)
+
+    @pytest.mark.parametrize("mode", MODES, scope="class")
+    def test_kv_stored_from_node_a_device_0_is_retrieved_on_node_b_device_1_via_p2p(
+        self, p2p_tp1: tuple[Node, Node]
+    ) -> None:
+        """A's rank stores from device 0 into A's L1; B's rank retrieves through
+        B's server, which copied it from A's L1 peer to peer, into device 1: every
+        block byte for byte, nothing written elsewhere, B's read locks consumed."""
+        a, b = p2p_tp1
+        prompt = next(_prompts)
+        (stored,) = a.store(prompt)
+        assert stored["ok"] and stored["kv_device"] == device(0), stored["log"][-3000:]
+        request_id, hit = lookup_until_stored(b, f"load-{prompt}", prompt)
+        assert hit == TOKENS, b.server.log_tail()
+        retrieved = b.retrieve(request_id, prompt)
+        b.scheduler.end_session(request_id)
+        assert retrieved_on(retrieved) == [(True, True, device(1))], why(retrieved)
+        assert b.server.l1_status()["read_locked_count"] == 0
