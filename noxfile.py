@@ -179,11 +179,15 @@ def bench(session: nox.Session) -> None:
     Op level and end to end through real servers (1-64 chunks, 1-4 requests, TP 1-2, engine-driven
     SHM and LMCache-driven), what the emulator counts per request and its projection on the device the
     render's pyproject.toml describes; fails on a silent slow path or a missed target, with a py-spy profile.
-    Figures, bench.json and plots in bench-results/. Not a test. Posargs go to benchmarks/transfer_bench.py.
+    Figures, bench.json and plots in bench-results/. Not a test. Posargs go to benchmarks/transfer_bench.py; with
+    ``--cluster`` also the two-node cell (store on node A, retrieve on node B through fs, resp and P2P), e.g.
+    ``nox -s bench -- --modes ... --setups "native foo" --dimensions base --cluster``.
     """
     env = ReleaseEnv(NEWEST)
     env.ensure(session)
     env.install(session, "matplotlib", "py-spy")
+    if "--cluster" in session.posargs:  # the two-node cell's real Redis and P2P engine (the kit's extras)
+        env.install(session, *kit_test_requirements(extra="cluster"), *kit_test_requirements(extra="p2p"))
     work = Path(session.create_tmp()).resolve()
     project = render(session, env, work / "rendered", VARIANTS[REPRESENTATIVE])
     install_render(session, env, project)

@@ -71,11 +71,12 @@ def reps(cell: dict[str, int]) -> int:
 
 
 def cells(dimensions: list[str] | None = None) -> list[dict[str, int]]:
-    """Every distinct cell of the sweep (of ``dimensions``), the base cell once."""
+    """Every distinct cell of the sweep (of ``dimensions``; ``base``: the base cell
+    alone), the base cell once."""
     out: list[dict[str, int]] = []
     for dimension in dimensions or SWEEPS:
-        for value in SWEEPS[dimension]:
-            cell = {**BASE, dimension: value}
+        for value in SWEEPS.get(dimension, [None]):
+            cell = dict(BASE) if value is None else {**BASE, dimension: value}
             if cell not in out:
                 out.append(cell)
     return out

@@ -59,6 +59,7 @@ def main() -> int:
     parser.add_argument("--chunk", type=int, required=True, help="tokens per chunk")
     parser.add_argument("--max-chunks", type=int, required=True, help="per direction")
     parser.add_argument("--package", required=True, help="the plugin's package")
+    parser.add_argument("--device-index", type=int, default=0, help="a node's device (bench_cluster.py: B's is 1)")
     args = parser.parse_args()
 
     import zmq
@@ -71,7 +72,7 @@ def main() -> int:
     torch.set_num_threads(1)
     per_chunk = args.chunk // args.block_size
     blocks = 2 * args.max_chunks * per_chunk  # stores read the first half, retrieves fill the second
-    device = torch.device(args.device) if args.device == "cpu" else torch.device(args.device, 0)
+    device = torch.device(args.device) if args.device == "cpu" else torch.device(args.device, args.device_index)
     if device.type != "cpu":
         getattr(torch, device.type).set_device(device)
     shape = (2, blocks, args.block_size, args.heads, args.head_size)

@@ -12,7 +12,10 @@ Measures in one run on one machine, side by side (bench_plan.py holds the plan):
   setup and transfer mode (engine-driven SHM, LMCache-driven), sweeping the
   prompt (1-64 chunks), concurrent requests (1-4) and TP (1, 2) one at a time;
   p50/p99 latency and GB/s. The setups of a mode run side by side, their rounds
-  in turn, with the memcpy yardstick timed between rounds (bench_e2e.py).
+  in turn, with the memcpy yardstick timed between rounds (bench_e2e.py);
+* with ``--cluster``, two nodes: store on node A, retrieve on node B through
+  each L2 (fs, resp on a real Redis, P2P through nixl), beside the single-node
+  base cell (bench_cluster.py).
 
 Then it checks that nothing took a silent slow path (bench_paths.py), prints
 the tables and every target as met or missed, and writes bench.json, one plot
@@ -35,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_cluster  # noqa: E402
 import bench_counts  # noqa: E402
 import bench_e2e  # noqa: E402
 import bench_paths  # noqa: E402
@@ -115,8 +119,12 @@ def main() -> int:
     parser.add_argument("--op-reps", type=int, default=100)
     parser.add_argument("--modes", nargs="+", choices=[*MODES], default=[*MODES], help="(default: all)")
     parser.add_argument("--setups", nargs="+", choices=[*SETUPS], default=[*SETUPS], help="(default: all)")
-    parser.add_argument("--dimensions", nargs="+", choices=[*SWEEPS], default=[*SWEEPS],
-                        help="swept dimensions (default: all); targets need every setup, mode and dimension")
+    parser.add_argument("--dimensions", nargs="+", choices=[*SWEEPS, "base"], default=[*SWEEPS],
+                        help="swept dimensions (default: all; base: the base cell alone); targets need every setup, "
+                        "mode and dimension")
+    parser.add_argument("--cluster", action="store_true",
+                        help="also the two-node cell (bench_cluster.py): store on node A, retrieve on node B through "
+                        "each L2 (fs, resp, p2p), beside the single-node base cell")
     parser.add_argument("--no-fail-on-miss", action="store_true", help="exit 0 on a missed target")
     parser.add_argument("--no-profile", action="store_true", help="no py-spy profile of missed targets")
     parser.add_argument("--device", type=Path,
@@ -153,9 +161,15 @@ def main() -> int:
             found += bench_paths.findings(setup, mode, paths[setup], texts, mark)
             found += [f"{setup} / {mode} / {c}: retrieved bytes differ"
                       for c, r in e2e[setup][mode].items() if r["bytes_match"] is False]  # fmt: skip
+    cluster = bench_cluster.run(args.package, args.setups, args.modes, logs, child_env, progress) if args.cluster else {}
+    for mode, by_setup in cluster.items():
+        found += [f"{setup} / {mode} / two nodes via {l2}: retrieved bytes differ"
+                  for setup, by_l2 in by_setup.items() for l2, r in by_l2.items() if r.get("bytes_match") is False]  # fmt: skip
     progress("done measuring")
     print(f"\nfoo's emulated launch latency: {args.launch_latency_us} us (--launch-latency-us)")
     bench_report.print_tables(ops, e2e, copies)
+    if cluster:
+        bench_cluster.print_table(cluster, e2e)
     bench_counts.print_table(e2e)
     bench_counts.print_projection(e2e, device)
     counted = bench_counts.targets(e2e, args.modes)
@@ -177,7 +191,7 @@ def main() -> int:
     for finding in found:
         print(f"  DEGRADED {finding}")
     written = [bench_report.write(args.out, ops, e2e, copies, rows + counted, found, note, args.launch_latency_us,
-                                    dataclasses.asdict(device))]
+                                    dataclasses.asdict(device), cluster)]
     if complete:
         written += bench_report.plot(e2e, args.out)
     print("\nwrote " + ", ".join(str(p) for p in written))

@@ -257,3 +257,26 @@ def test_a_timing_target_no_plugin_can_meet_here_says_what_bounds_it() -> None:
     assert within and all(not r["met"] and "fixed cost here, 10.0 ms" in r["bound"] for r in within)
     fast = bench_report.targets(*synthetic_run(2.0, 20.0, 3.0, 6.0))
     assert not [r for r in fast if "bound" in r], "a floor below the limit bounds nothing"
+
+
+def test_the_base_dimension_runs_the_base_cell_alone() -> None:
+    """``--dimensions base``: a short run (the two-node cell beside it) measures only the cell it compares with."""
+    assert bench_plan.cells(["base"]) == [bench_plan.BASE]
+    assert bench_plan.cells(["base", "tp"]) == [bench_plan.BASE, {**bench_plan.BASE, "tp": 2}]
+
+
+def test_a_two_node_request_pays_b_s_lookup_and_retrieve_of_the_same_round_over_their_median() -> None:
+    """Node B's figure beside the single-node retrieve is its lookup (L2 or peer into B's L1) plus its retrieve,
+    added round by round, not the two medians added: GB/s is the request's bytes over the median of the sums."""
+    import bench_cluster
+
+    samples = {"store": [0.004, 0.002, 0.003], "lookup": [0.010, 0.030, 0.020], "retrieve": [0.020, 0.002, 0.005],
+               "bytes_match": True, "late": 1}  # fmt: skip
+    summary = bench_cluster.summarize(samples, 32 << 20)
+    assert summary["lookup+retrieve"]["latencies"] == pytest.approx([0.030, 0.032, 0.025])
+    assert summary["lookup+retrieve"]["gbps"] == pytest.approx((32 << 20) / 0.030 / 1e9)  # the medians add to 0.025
+    assert summary["lookup+retrieve"]["p50_ms"] == pytest.approx(30.0)
+    assert summary["store"]["gbps"] == pytest.approx((32 << 20) / 0.003 / 1e9)
+    assert summary["retrieve"]["p99_ms"] == pytest.approx(19.7)
+    assert (summary["bytes_match"], summary["late_rounds"]) == (True, 1)
+    assert bench_cluster.request_bytes() == 4 * bench_plan.CHUNK_BYTES

@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 import itertools
-import time
 
 # Third Party
 import pytest
@@ -34,7 +33,11 @@ import pytest
 # First Party
 from lmcache_device_kit.conformance.base import ConformanceTests
 from lmcache_device_kit.conformance.cluster import MODES, skip_unless_two_nodes_can_run
-from lmcache_device_kit.harness.coordinator import Coordinator, missing_engine
+from lmcache_device_kit.harness.coordinator import (
+    Coordinator,
+    missing_engine,
+    wait_for_peers,
+)
 from lmcache_device_kit.harness.nodes import (
     TOKENS,
     Node,
@@ -50,35 +53,6 @@ from lmcache_device_kit.harness.nodes import (
 from lmcache_device_kit.harness.servers import LMCacheServer
 
 _prompts = itertools.count(50_000, 1_000)  # first tokens of prompts no test shares
-
-
-def p2p_peers(server: LMCacheServer) -> int:
-    """How many peers ``server``'s P2P controller holds an adapter for (its
-    ``/status``, wherever the release nests it); -1 where P2P is off."""
-    pending = [server.status()]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            if "p2p_peer_count" in item and item.get("p2p_enabled"):
-                return int(item["p2p_peer_count"])
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return -1
-
-
-def wait_for_peers(pair: list[LMCacheServer], timeout: float = 30) -> None:
-    """Until each server lists the other as its peer (one poll of the coordinator
-    after both registered), so a miss on B is a miss A answered."""
-    deadline = time.monotonic() + timeout
-    while [p2p_peers(server) for server in pair] != [1, 1]:
-        if time.monotonic() > deadline:
-            counts = [p2p_peers(server) for server in pair]
-            raise AssertionError(
-                f"servers' P2P peers {counts} after {timeout}s, want [1, 1]:\n"
-                + "\n".join(server.log_tail() for server in pair)
-            )
-        time.sleep(0.2)
 
 
 @pytest.mark.e2e

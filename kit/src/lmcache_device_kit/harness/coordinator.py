@@ -35,6 +35,7 @@ import urllib.request
 # First Party
 from lmcache_device_kit.harness import spawn
 from lmcache_device_kit.harness.ports import free_port
+from lmcache_device_kit.harness.servers import LMCacheServer
 
 #: The transfer engines the kit runs P2P with: LMCache's ``--p2p-transfer-engine``
 #: name -> the modules LMCache imports it from (any one will do), and what
@@ -146,3 +147,32 @@ class Coordinator:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def p2p_peers(server: LMCacheServer) -> int:
+    """How many peers ``server``'s P2P controller holds an adapter for (its
+    ``/status``, wherever the release nests it); -1 where P2P is off."""
+    pending = [server.status()]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            if "p2p_peer_count" in item and item.get("p2p_enabled"):
+                return int(item["p2p_peer_count"])
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return -1
+
+
+def wait_for_peers(pair: list[LMCacheServer], timeout: float = 30) -> None:
+    """Until each server lists the other as its peer (one poll of the coordinator
+    after both registered), so a miss on B is a miss A answered."""
+    deadline = time.monotonic() + timeout
+    while [p2p_peers(server) for server in pair] != [1, 1]:
+        if time.monotonic() > deadline:
+            counts = [p2p_peers(server) for server in pair]
+            raise AssertionError(
+                f"servers' P2P peers {counts} after {timeout}s, want [1, 1]:\n"
+                + "\n".join(server.log_tail() for server in pair)
+            )
+        time.sleep(0.2)

@@ -70,20 +70,28 @@ class Node:
 
 
 def start_server(
-    name: str, mode: str, l2: dict | None, log_dir: Path, extra_args: tuple = ()
+    name: str,
+    mode: str,
+    l2: dict | None,
+    log_dir: Path,
+    extra_args: tuple = (),
+    **options: Any,
 ) -> LMCacheServer:
     """A node's server: its own L1 (an SHM pool engine-driven, the plugin
-    LMCache-driven), the shared L2 if any, and ``extra_args`` (P2P's flags)."""
-    options: dict[str, Any] = {"transfer_mode": mode, "l1_size_gb": L1_GB}
+    LMCache-driven), the shared L2 if any, and ``extra_args`` (P2P's flags);
+    ``options`` go to ``LMCacheServer`` (a benchmark's chunk size, L1, env)."""
+    env = dict(options.pop("env", None) or {})
+    options = {"transfer_mode": mode, "l1_size_gb": L1_GB, **options}
     if mode == "engine_driven":
         options["shm_name"] = f"e2e_cluster_{name}_{os.getpid()}_{next(_pools)}"
     else:
-        options["env"] = plugin_server_env()
+        env = {**plugin_server_env(), **env}
         extra_args = ("--l1-init-size-gb", "0", *extra_args)
     return LMCacheServer(
         log_dir / f"node-{name}.log",
         l2_adapters=[l2] if l2 else [],
         extra_args=extra_args,
+        env=env,
         **options,
     )
 
