@@ -46,6 +46,7 @@ from lmcache_device_kit.harness.nodes import (
     lookup_once,
     lookup_until_stored,
     node,
+    wait_read_locks,
     release,
     retrieved_on,
     start_server,
@@ -53,7 +54,6 @@ from lmcache_device_kit.harness.nodes import (
 )
 from lmcache_device_kit.harness.redis import RedisServer
 from lmcache_device_kit.harness.servers import LMCacheServer
-from lmcache_device_kit.harness.shared_l2 import wait_read_locks
 
 #: The L2s the nodes share, each tested on an xdist worker of its own.
 L2_KINDS = [

@@ -41,6 +41,7 @@ from lmcache_device_kit.harness.nodes import (
     lookup_until_stored,
     release,
     retrieved_on,
+    wait_read_locks,
     why,
 )
 from lmcache_device_kit.harness.shared_l2 import (

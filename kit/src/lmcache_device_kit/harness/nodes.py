@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 import itertools
 import os
+import time
 
 # First Party
 from lmcache_device_kit import backend as kit_backend
@@ -171,3 +172,16 @@ def lookup_until_stored(at: Node, prefix: str, first_token: int) -> tuple[str, i
 
 def release(at: Node, request_id: str, first_token: int, hit: int) -> None:
     at.scheduler.release(request_id, token_ids(TOKENS, first_token), hit)
+
+
+def wait_read_locks(server: LMCacheServer, locked: bool, within: float = 10) -> None:
+    """Wait until ``server``'s L1 holds read locks (``locked``) or none: a
+    LMCache-driven retrieve's locks are released by the server after the rank's
+    retrieve returned (seen under load), so one read right after it would race."""
+    deadline = time.monotonic() + within
+    while (server.l1_status()["read_locked_count"] > 0) != locked:
+        assert time.monotonic() < deadline, (
+            f"{server.log_path.stem}: L1 read locks {'never' if locked else 'still'}"
+            f" held after {within}s"
+        )
+        time.sleep(0.02)

@@ -25,7 +25,13 @@ from pathlib import Path
 import time
 
 # First Party
-from lmcache_device_kit.harness.nodes import TOKENS, Node, release, two_nodes
+from lmcache_device_kit.harness.nodes import (
+    TOKENS,
+    Node,
+    release,
+    two_nodes,
+    wait_read_locks,
+)
 from lmcache_device_kit.harness.redis import RedisServer, command
 from lmcache_device_kit.harness.servers import CHUNK, LMCacheServer
 from lmcache_device_kit.harness.worker_kv import token_ids
@@ -195,17 +201,6 @@ def retrieve_what_hits(b: Node, request_id: str, prompt: int, hit: int) -> list[
 def wrote_wrong_bytes(retrieved: list[dict]) -> bool:
     """Whether a retrieve left a byte in B's device that A never stored there."""
     return any(result["stray"] for result in retrieved)
-
-
-def wait_read_locks(server: LMCacheServer, locked: bool, within: float = 5) -> None:
-    """Wait until ``server``'s L1 holds read locks (``locked``) or none."""
-    deadline = time.monotonic() + within
-    while (server.l1_status()["read_locked_count"] > 0) != locked:
-        assert time.monotonic() < deadline, (
-            f"{server.log_path.stem}: L1 read locks {'never' if locked else 'still'}"
-            f" held after {within}s"
-        )
-        time.sleep(0.02)
 
 
 def freeze_mid_store_and_prefetch(
