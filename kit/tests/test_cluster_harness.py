@@ -101,6 +101,8 @@ def test_redis_commands_round_trip_binary_values_and_list_keys(tmp_path: Path) -
         assert server.keys() == {b"k@0"}
         with pytest.raises(RuntimeError, match="redis: ERR"):
             redis.command(server.port, "NOSUCHCOMMAND")
+
+
 def test_a_coordinator_answers_lists_no_server_yet_and_stops_by_pid(
     tmp_path: Path,
 ) -> None:

@@ -57,7 +57,6 @@ from lmcache_device_kit.harness.shared_l2 import (
     retrieve_what_hits,
     store_by_deadline,
     submit_lookup,
-    wait_read_locks,
     wrote_wrong_bytes,
 )
 from lmcache_device_kit.harness.worker_kv import token_ids

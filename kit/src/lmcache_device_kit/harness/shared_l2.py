@@ -33,7 +33,7 @@ from lmcache_device_kit.harness.nodes import (
     wait_read_locks,
 )
 from lmcache_device_kit.harness.redis import RedisServer, command
-from lmcache_device_kit.harness.servers import CHUNK, LMCacheServer
+from lmcache_device_kit.harness.servers import CHUNK
 from lmcache_device_kit.harness.worker_kv import token_ids
 
 #: The L2 objects one rank's prompt becomes: one per chunk.
