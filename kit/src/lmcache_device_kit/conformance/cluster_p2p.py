@@ -45,10 +45,10 @@ from lmcache_device_kit.harness.nodes import (
     lookup_once,
     lookup_until_stored,
     node,
-    wait_read_locks,
     release,
     retrieved_on,
     start_server,
+    wait_read_locks,
     why,
 )
 from lmcache_device_kit.harness.servers import LMCacheServer
