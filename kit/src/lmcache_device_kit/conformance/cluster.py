@@ -28,7 +28,6 @@ from __future__ import annotations
 
 # Standard
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import itertools
 
@@ -48,6 +47,7 @@ from lmcache_device_kit.harness.nodes import (
     node,
     release,
     retrieved_on,
+    running_pair,
     start_server,
     wait_read_locks,
     why,
@@ -113,14 +113,8 @@ class BaseClusterTests(ConformanceTests):
         """Node A's and node B's servers on the shared L2, started side by side."""
         skip_unless_two_nodes_can_run(mode, request)
         logs = tmp_path_factory.mktemp(f"cluster-{shared_l2['type']}-{mode}")
-        pair = [start_server(name, mode, shared_l2, logs) for name in "AB"]
-        try:
-            with ThreadPoolExecutor(2) as pool:
-                list(pool.map(LMCacheServer.start, pair))
-            yield pair[0], pair[1]
-        finally:
-            for server in pair:
-                server.stop(wait=True)
+        with running_pair([start_server(n, mode, shared_l2, logs) for n in "AB"]) as ab:
+            yield ab
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -143,13 +137,7 @@ class BaseClusterTests(ConformanceTests):
     ) -> None:
         """B's lookup misses a prompt no node stored; once A stores it, B's lookups
         hit it in full (polled: the L2 write follows A's store in the background)."""
-        a, b = tp1
-        prompt = next(_prompts)
-        assert lookup_once(b, f"before-{prompt}", prompt) == 0
-        assert [r["ok"] for r in a.store(prompt)] == [True]
-        request_id, hit = lookup_until_stored(b, f"after-{prompt}", prompt)
-        assert hit == TOKENS, b.server.log_tail()
-        release(b, request_id, prompt, hit)
+        check_miss_until_stored(*tp1)
 
     @pytest.mark.parametrize("mode", MODES, scope="class")
     @pytest.mark.parametrize("l2", L2_KINDS, scope="class")
@@ -159,18 +147,7 @@ class BaseClusterTests(ConformanceTests):
         """A's rank stores from device 0 through A's server; B's rank retrieves
         through B's server into device 1: every block byte for byte, nothing
         written elsewhere, B's read locks consumed."""
-        a, b = tp1
-        prompt = next(_prompts)
-        (stored,) = a.store(prompt)
-        assert stored["ok"] and stored["kv_device"] == device(0), stored["log"][-3000:]
-        request_id, hit = lookup_until_stored(b, f"load-{prompt}", prompt)
-        assert hit == TOKENS, b.server.log_tail()
-        retrieved = b.retrieve(request_id, prompt)
-        b.scheduler.end_session(request_id)
-        assert retrieved_on(retrieved) == [(True, True, device(1))], why(retrieved)
-        # LMCache-driven, B's server releases the lookup's read locks after the
-        # retrieve's completion is published: polled, a lock never released fails
-        wait_read_locks(b.server, locked=False)
+        check_across_devices(*tp1)
 
     @pytest.mark.parametrize("mode", MODES, scope="class")
     @pytest.mark.parametrize("l2", L2_KINDS, scope="class")
@@ -213,3 +190,30 @@ class BaseClusterTests(ConformanceTests):
         b.scheduler.end_session(request_id)
         expected = [(True, True, device(1)), (True, True, device(0))]
         assert retrieved_on(retrieved) == expected, why(retrieved)
+
+
+def check_miss_until_stored(a: Node, b: Node) -> None:
+    """B misses a prompt no node stored; once A stores it, B's polled lookups hit
+    it in full."""
+    prompt = next(_prompts)
+    assert lookup_once(b, f"before-{prompt}", prompt) == 0
+    assert [r["ok"] for r in a.store(prompt)] == [True]
+    request_id, hit = lookup_until_stored(b, f"after-{prompt}", prompt)
+    assert hit == TOKENS, b.server.log_tail()
+    release(b, request_id, prompt, hit)
+
+
+def check_across_devices(a: Node, b: Node) -> None:
+    """A's rank stores from device 0; B's rank retrieves into device 1, byte for
+    byte, nothing written elsewhere, and B's read locks are released."""
+    prompt = next(_prompts)
+    (stored,) = a.store(prompt)
+    assert stored["ok"] and stored["kv_device"] == device(0), stored["log"][-3000:]
+    request_id, hit = lookup_until_stored(b, f"load-{prompt}", prompt)
+    assert hit == TOKENS, b.server.log_tail()
+    retrieved = b.retrieve(request_id, prompt)
+    b.scheduler.end_session(request_id)
+    assert retrieved_on(retrieved) == [(True, True, device(1))], why(retrieved)
+    # LMCache-driven, B's server releases the lookup's read locks after the
+    # retrieve's completion is published: polled, a lock never released fails
+    wait_read_locks(b.server, locked=False)

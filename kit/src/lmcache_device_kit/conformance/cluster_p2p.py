@@ -24,36 +24,25 @@ from __future__ import annotations
 
 # Standard
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-import itertools
 
 # Third Party
 import pytest
 
 # First Party
 from lmcache_device_kit.conformance.base import ConformanceTests
-from lmcache_device_kit.conformance.cluster import MODES, skip_unless_two_nodes_can_run
+from lmcache_device_kit.conformance.cluster import (
+    MODES,
+    check_across_devices,
+    check_miss_until_stored,
+    skip_unless_two_nodes_can_run,
+)
 from lmcache_device_kit.harness.coordinator import (
     Coordinator,
     missing_engine,
     wait_for_peers,
 )
-from lmcache_device_kit.harness.nodes import (
-    TOKENS,
-    Node,
-    device,
-    lookup_once,
-    lookup_until_stored,
-    node,
-    release,
-    retrieved_on,
-    start_server,
-    wait_read_locks,
-    why,
-)
+from lmcache_device_kit.harness.nodes import Node, node, running_pair, start_server
 from lmcache_device_kit.harness.servers import LMCacheServer
-
-_prompts = itertools.count(50_000, 1_000)  # first tokens of prompts no test shares
 
 
 @pytest.mark.e2e
@@ -85,14 +74,9 @@ class BaseClusterP2PTests(ConformanceTests):
                 start_server(name, mode, None, logs, hub.server_args(cls.engine))
                 for name in "AB"
             ]
-            try:
-                with ThreadPoolExecutor(2) as pool:
-                    list(pool.map(LMCacheServer.start, pair))
+            with running_pair(pair) as ab:
                 wait_for_peers(pair)
-                yield pair[0], pair[1]
-            finally:
-                for server in pair:
-                    server.stop(wait=True)
+                yield ab
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -114,13 +98,7 @@ class BaseClusterP2PTests(ConformanceTests):
     ) -> None:
         """B's lookup, which asks its peer A, misses a prompt no node stored; once
         A stores it, B's lookups hit it in full, with no L2 between them."""
-        a, b = p2p_tp1
-        prompt = next(_prompts)
-        assert lookup_once(b, f"before-{prompt}", prompt) == 0
-        assert [r["ok"] for r in a.store(prompt)] == [True]
-        request_id, hit = lookup_until_stored(b, f"after-{prompt}", prompt)
-        assert hit == TOKENS, b.server.log_tail()
-        release(b, request_id, prompt, hit)
+        check_miss_until_stored(*p2p_tp1)
 
     @pytest.mark.parametrize("mode", MODES, scope="class")
     def test_kv_stored_from_node_a_device_0_is_retrieved_on_node_b_device_1_via_p2p(
@@ -129,13 +107,4 @@ class BaseClusterP2PTests(ConformanceTests):
         """A's rank stores from device 0 into A's L1; B's rank retrieves through
         B's server, which copied it from A's L1 peer to peer, into device 1: every
         block byte for byte, nothing written elsewhere, B's read locks consumed."""
-        a, b = p2p_tp1
-        prompt = next(_prompts)
-        (stored,) = a.store(prompt)
-        assert stored["ok"] and stored["kv_device"] == device(0), stored["log"][-3000:]
-        request_id, hit = lookup_until_stored(b, f"load-{prompt}", prompt)
-        assert hit == TOKENS, b.server.log_tail()
-        retrieved = b.retrieve(request_id, prompt)
-        b.scheduler.end_session(request_id)
-        assert retrieved_on(retrieved) == [(True, True, device(1))], why(retrieved)
-        wait_read_locks(b.server, locked=False)
+        check_across_devices(*p2p_tp1)

@@ -130,14 +130,23 @@ def two_nodes(mode: str, l2: dict, logs: Path) -> Iterator[tuple[Node, Node]]:
     """Node A (one rank on device 0) and node B (one rank on device 1), each on a
     server of its own started side by side, sharing ``l2``; every rank and server
     stopped after the block, whatever it raised."""
-    pair = [start_server(name, mode, l2, logs) for name in "AB"]
+    with running_pair([start_server(name, mode, l2, logs) for name in "AB"]) as pair:
+        with node(pair[0], mode, [0], logs) as a, node(pair[1], mode, [1], logs) as b:
+            yield a, b
+
+
+@contextmanager
+def running_pair(
+    pair: list[LMCacheServer],
+) -> Iterator[tuple[LMCacheServer, LMCacheServer]]:
+    """Two nodes' servers, started side by side and stopped side by side (each
+    takes seconds either way), whatever the block raised."""
     try:
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(LMCacheServer.start, pair))
-        with node(pair[0], mode, [0], logs) as a, node(pair[1], mode, [1], logs) as b:
-            yield a, b
+        yield pair[0], pair[1]
     finally:
-        with ThreadPoolExecutor(2) as pool:  # each takes seconds to shut down
+        with ThreadPoolExecutor(2) as pool:
             list(pool.map(LMCacheServer.stop, pair))
 
 
