@@ -28,7 +28,6 @@ MIB = 1 << 20
 #: more through the server's staging slot within the device, 2 launches per chunk.
 PAYLOAD = 4 * 8 * MIB
 HEALTHY = Counted(
-    mode="lmcache_driven",
     requests=3,
     chunks=4,
     ranks=1,

@@ -118,7 +118,6 @@ class Counted:
     """What the emulator counted over ``requests`` requests of one path and kind
     (store or retrieve), split into the server's and the workers' processes."""
 
-    mode: str  # "engine_driven" or "lmcache_driven"
     requests: int
     chunks: int  # per request
     ranks: int  # TP ranks of a request
@@ -134,6 +133,11 @@ class Counted:
     @property
     def boundary(self) -> int:
         return self.n("bytes_h2d") + self.n("bytes_d2h")
+
+    @property
+    def launched(self) -> int:
+        """Kernel launches and device ops: each device op is at least one launch."""
+        return self.n("launches") + self.n("device_ops")
 
     def per_request(self, name: str, role: str = "") -> float:
         """Counter ``name`` per request, of one role ("server", "workers") or both."""
@@ -166,7 +170,6 @@ def targets(c: Counted) -> list[tuple[str, bool, str]]:
     Exact: counts are whole numbers, no interval."""
     r = c.requests
     payload, ids = c.payload * r, BLOCK_ID_BYTES * c.blocks * c.ranks * r
-    launches = c.n("launches") + c.n("device_ops")
     allowed = LAUNCHES_PER_CHUNK * c.chunks * c.ranks * r
     return [
         (
@@ -188,8 +191,8 @@ def targets(c: Counted) -> list[tuple[str, bool, str]]:
         ),
         (
             f"launches and device ops <= {LAUNCHES_PER_CHUNK} per chunk and rank",
-            launches <= allowed,
-            f"{launches} for {c.chunks * c.ranks * r} chunk-ranks",
+            c.launched <= allowed,
+            f"{c.launched} for {c.chunks * c.ranks * r} chunk-ranks",
         ),
         (
             "the server never waits for the device (0 host syncs)",
@@ -220,7 +223,7 @@ def project(device: Device, c: Counted) -> dict[str, float]:
         + c.n("bytes_d2h") / (device.bus_device_to_host_gbps * 1e9),
         # a copy within the device reads and writes each byte
         "memory": 2 * c.n("bytes_d2d") / (device.memory_gbps * 1e9),
-        "launches": (c.n("launches") + c.n("device_ops")) * device.launch_us * 1e-6,
+        "launches": c.launched * device.launch_us * 1e-6,
         "syncs": (c.n("host_syncs") + c.n("host_functions")) * device.sync_us * 1e-6,
         "host": c.server_cpu_s,
     }
