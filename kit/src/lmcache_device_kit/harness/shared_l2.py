@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+import shutil
 import time
 
 # First Party
@@ -145,21 +146,29 @@ def lookup_result(at: Node, request_id: str, within: float) -> int | None:
 
 
 @contextmanager
+def new_shared_l2(kind: str, work: Path) -> Iterator[SharedL2]:
+    """A new L2 of ``kind`` for two nodes to share: ``fs``, a directory under
+    ``work``, removed after the block; ``resp``, a Redis of its own (its log in
+    ``work``), stopped after it."""
+    if kind == "fs":
+        directory = work / "fs-l2"
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            yield SharedL2({"type": "fs", "base_path": str(directory)}, directory)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        return
+    with RedisServer(work / "redis.log") as server:
+        yield SharedL2(server.adapter | {"num_workers": 2}, redis=server)
+
+
+@contextmanager
 def nodes_sharing(
     kind: str, logs: Path, mode: str = "engine_driven"
 ) -> Iterator[tuple[Node, Node, SharedL2]]:
-    """Nodes A and B sharing a new L2 of ``kind`` (``fs``: a directory under
-    ``logs``; ``resp``: a Redis of their own), and that L2; all stopped after the
-    block."""
-    if kind == "fs":
-        directory = logs / "fs-l2"
-        directory.mkdir()
-        shared = SharedL2({"type": "fs", "base_path": str(directory)}, directory)
-        with two_nodes(mode, shared.adapter, logs) as (a, b):
-            yield a, b, shared
-        return
-    with RedisServer(logs / "redis.log") as server:
-        shared = SharedL2(server.adapter | {"num_workers": 2}, redis=server)
+    """Nodes A and B sharing a new L2 of ``kind`` (``new_shared_l2``), and that L2;
+    all stopped after the block."""
+    with new_shared_l2(kind, logs) as shared:
         with two_nodes(mode, shared.adapter, logs) as (a, b):
             yield a, b, shared
 
