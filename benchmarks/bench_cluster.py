@@ -18,21 +18,17 @@ on another node pays that one on the same node does not.
 from __future__ import annotations
 
 import itertools
-import shutil
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench_e2e import Rank, clear_cache
-from bench_plan import BASE, BLOCK, CHUNK, CHUNK_BYTES, HEAD_SIZE, HEADS, LAYERS, MODES, PROMPT_STRIDE, SETUPS, cell_id
+from bench_e2e import Rank, clear_cache, worker_argv
+from bench_plan import BASE, BLOCK, CHUNK, CHUNK_BYTES, MODES, PROMPT_STRIDE, SETUPS, cell_id
 from bench_report import pct
 
-WORKER = Path(__file__).with_name("bench_worker.py")
 L2S = ("fs", "resp", "p2p")
 #: Measured rounds per cell, after one uncounted round; each leaves a request in the L2.
 ROUNDS, WARMUP = 8, 1
@@ -75,22 +71,17 @@ def unavailable(l2: str) -> str | None:
 
 @contextmanager
 def shared(l2: str, work: Path) -> Iterator[tuple[dict | None, Callable[[], tuple[str, ...]]]]:
-    """The L2 both nodes' servers name, and each server's extra flags (P2P's)."""
+    """The L2 both nodes' servers name (the kit's ``new_shared_l2``; none for P2P), and
+    each server's extra flags (P2P's, through a coordinator)."""
     from lmcache_device_kit.harness.coordinator import Coordinator
-    from lmcache_device_kit.harness.redis import RedisServer
+    from lmcache_device_kit.harness.shared_l2 import new_shared_l2
 
-    if l2 == "fs":
-        (work / "fs-l2").mkdir(parents=True, exist_ok=True)
-        try:
-            yield {"type": "fs", "base_path": str(work / "fs-l2")}, tuple
-        finally:
-            shutil.rmtree(work / "fs-l2", ignore_errors=True)
-    elif l2 == "resp":
-        with RedisServer(work / "redis.log") as redis:
-            yield redis.adapter | {"num_workers": 2}, tuple
-    else:
+    if l2 == "p2p":
         with Coordinator(work / "coordinator.log") as hub:
             yield None, hub.server_args
+        return
+    with new_shared_l2(l2, work) as l2_of_both:
+        yield l2_of_both.adapter, tuple
 
 
 def run_cell(package: str, setup: str, mode: str, l2: str, work: Path,
@@ -99,7 +90,6 @@ def run_cell(package: str, setup: str, mode: str, l2: str, work: Path,
     from lmcache_device_kit.harness import nodes
     from lmcache_device_kit.harness.coordinator import wait_for_peers
     from lmcache_device_kit.harness.scheduler import Scheduler
-    from lmcache_device_kit.harness.servers import LMCacheServer
 
     overrides, device = SETUPS[setup]
     server_mode, worker_mode, _ = MODES[mode]
@@ -110,20 +100,14 @@ def run_cell(package: str, setup: str, mode: str, l2: str, work: Path,
         pair = [nodes.start_server(name, server_mode, adapter, work, flags(), chunk_size=CHUNK,
                                    l1_size_gb=L1_GB, env={**overrides, "LMCACHE_LOG_LEVEL": None})
                 for name in "AB"]  # fmt: skip
-        for server in pair:
-            stack.callback(server.stop, wait=True)
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(LMCacheServer.start, pair))
+        stack.enter_context(nodes.running_pair(pair))
         if l2 == "p2p":
             wait_for_peers(pair)
         model = f"bench-cluster-{slug}"
         env = child_env({**overrides, "OMP_NUM_THREADS": "1"})
         a, b = (stack.enter_context(closing(Rank(
-            [sys.executable, str(WORKER), "--url", server.url, "--model", model, "--mode", worker_mode, "--device",
-             device, "--device-index", str(index), "--layers", str(LAYERS), "--heads", str(HEADS), "--head-size",
-             str(HEAD_SIZE), "--block-size", str(BLOCK), "--chunk", str(CHUNK), "--max-chunks", str(BASE["chunks"]),
-             "--package", package], env, work / f"rank-{name}.log")))
-            for index, (name, server) in enumerate(zip("AB", pair, strict=True)))  # fmt: skip
+            worker_argv(package, server.url, model, worker_mode, device, BASE["chunks"], device_index=index), env,
+            work / f"rank-{name}.log"))) for index, (name, server) in enumerate(zip("AB", pair, strict=True)))  # fmt: skip
         scheduler = Scheduler(pair[1].url, model, 1, BLOCK, mq_timeout=60.0)
         stack.callback(scheduler.close)
         samples: dict = {"store": [], "lookup": [], "retrieve": [], "bytes_match": None, "late": 0}
@@ -162,14 +146,6 @@ def one_round(pair: list, a: Rank, b: Rank, scheduler: Any, samples: dict, measu
         samples["store"] += stored["latencies"]
         samples["lookup"].append(lookup)
         samples["retrieve"] += retrieved["latencies"]
-
-
-@contextmanager
-def closing(rank: Rank) -> Iterator[Rank]:
-    try:
-        yield rank
-    finally:
-        rank.close()
 
 
 def run(package: str, setups: list[str], modes: list[str], log_dir: Path,

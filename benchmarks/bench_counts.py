@@ -29,8 +29,6 @@ from lmcache_device_kit.projection import Counted
 #: A directory: the emulator of every process of a foo setup keeps its counters there.
 COUNTERS_ENV_VAR = f"{EMULATOR_ENV_VAR}_COUNTERS"
 ROLES = ("server", "workers")
-#: What the table shows per request (bytes as multiples of the request's payload).
-BOUNDARY = ("bytes_h2d", "bytes_d2h")
 
 
 #: The emulator's stream worker threads (its csrc/streams.cpp names them).
@@ -84,7 +82,6 @@ def counted(totals: dict, rounds: int, cell: dict[str, int]) -> Counted:
     """A kind's totals over ``rounds`` measured rounds of ``cell``, as the kit's
     projection takes them."""
     return Counted(
-        mode="",
         requests=rounds * cell["concurrency"],
         chunks=cell["chunks"],
         ranks=cell["tp"],
@@ -99,12 +96,13 @@ def counted(totals: dict, rounds: int, cell: dict[str, int]) -> Counted:
 def per_request(totals: dict, rounds: int, cell: dict[str, int]) -> dict:
     """A kind's totals over ``rounds`` measured rounds, per request, per chunk and per
     payload byte (the kit's figures); the raw totals kept."""
+    c = counted(totals, rounds, cell)
     return {
         "cell": cell,
         "rounds": rounds,
-        "requests": rounds * cell["concurrency"],
-        "payload_bytes": rounds * cell["concurrency"] * cell["chunks"] * CHUNK_BYTES,
-        **projection.per_request(counted(totals, rounds, cell)),
+        "requests": c.requests,
+        "payload_bytes": c.payload * c.requests,
+        **projection.per_request(c),
         "totals": totals,
     }
 

@@ -41,6 +41,18 @@ from bench_plan import (
 WORKER = Path(__file__).with_name("bench_worker.py")
 
 
+def worker_argv(
+    package: str, url: str, model: str, worker_mode: str, device: str, max_chunks: int, *, rank: int = 0, tp: int = 1,
+    device_index: int = 0,
+) -> list[str]:  # fmt: skip
+    """A ``bench_worker.py`` rank's command line: the benchmark's KV geometry, its heads
+    split over ``tp`` ranks, on device ``device_index`` of its type."""
+    return [sys.executable, str(WORKER), "--url", url, "--model", model, "--mode", worker_mode, "--device", device,
+            "--device-index", str(device_index), "--rank", str(rank), "--world-size", str(tp), "--layers", str(LAYERS),
+            "--heads", str(HEADS // tp), "--head-size", str(HEAD_SIZE), "--block-size", str(BLOCK), "--chunk",
+            str(CHUNK), "--max-chunks", str(max_chunks), "--package", package]  # fmt: skip
+
+
 class Rank:
     """One ``bench_worker.py`` process: JSON lines in, JSON lines out, stderr to a file."""
 
@@ -103,12 +115,13 @@ def run_mode(
     memcpy = memcpy_timer()
     slugs = {setup: f"{setup}-{mode}".replace(" ", "_").replace(",", "") for setup in setups}
     with ExitStack() as servers:
-        started, counted = {}, {}
+        started, counted, env_of = {}, {}, {}
         for setup, slug in slugs.items():
             overrides, device = SETUPS[setup]
             if device != "cpu":  # foo's emulator counts
                 counted[setup] = log_dir.parent / "counters" / slug
                 overrides = {**overrides, COUNTERS_ENV_VAR: str(counted[setup])}
+            env_of[setup] = overrides  # the server's and its ranks'
             paths[setup] = {"ranks": [], "server_log": str(log_dir / f"server-{slug}.log"), "rank_logs": []}
             started[setup] = servers.enter_context(running_server(
                 log_dir / f"server-{slug}.log", transfer_mode=server_mode, shm_name=f"bench_{slug}"[:40] if shm else None,
@@ -121,11 +134,9 @@ def run_mode(
             lanes: list[Lane] = []
             try:
                 for setup, slug in slugs.items():
-                    overrides, device = SETUPS[setup]
+                    device = SETUPS[setup][1]
                     server, model = started[setup], f"bench-{slug}-tp{tp}"
-                    if setup in counted:
-                        overrides = {**overrides, COUNTERS_ENV_VAR: str(counted[setup])}
-                    env = child_env({**overrides, "OMP_NUM_THREADS": "1"})
+                    env = child_env({**env_of[setup], "OMP_NUM_THREADS": "1"})
                     lane = Lane(setup, server, Scheduler(server.url, model, tp, BLOCK, mq_timeout=60.0))
                     if setup in counted:
                         lane.meter = Meter(counted[setup], server.process.pid)
@@ -133,11 +144,7 @@ def run_mode(
                     for rank in range(tp):
                         log = log_dir / f"rank{rank}-tp{tp}-{slug}.log"
                         paths[setup]["rank_logs"].append(str(log))
-                        argv = [sys.executable, str(WORKER), "--url", server.url, "--model", model, "--mode",
-                                worker_mode, "--device", device, "--rank", str(rank), "--world-size", str(tp),
-                                "--layers", str(LAYERS), "--heads", str(HEADS // tp), "--head-size", str(HEAD_SIZE),
-                                "--block-size", str(BLOCK), "--chunk", str(CHUNK), "--max-chunks", str(most),
-                                "--package", package]  # fmt: skip
+                        argv = worker_argv(package, server.url, model, worker_mode, device, most, rank=rank, tp=tp)
                         lane.ranks.append(Rank(argv, env, log))
                         if lane.meter:
                             lane.meter.rank_pids.add(lane.ranks[-1].process.pid)

@@ -146,8 +146,7 @@ def targets(ops: dict, e2e: dict, copies: dict) -> list[dict]:
             add(f"{mode} {kind} ({cell_id(big)}): native foo throughput >= {E2E_64_VS_MEMCPY:.0%} of memcpy "
                 "bandwidth", E2E_64_VS_MEMCPY, [(copies[mode][cell_id(big)]["one"], walls)],
                 cell_bytes(big) / (OP_CHUNKS * CHUNK_BYTES))  # fmt: skip
-            memcpys = copies[mode][cell_id(big)]
-            gain = 2 * statistics.median(memcpys["one"]) / statistics.median(memcpys["two"])
+            gain = memcpy_gain(copies[mode][cell_id(big)])
             counts = e2e["native foo"][mode][cell_id(big)][kind].get("counts")
             if counts:
                 # what the emulator copies through this host's memory, per payload byte
@@ -160,8 +159,7 @@ def targets(ops: dict, e2e: dict, copies: dict) -> list[dict]:
                     )
     two = {**BASE, "concurrency": 2}
     for mode in MODES:
-        memcpys = copies[mode][cell_id(two)]
-        gain = 2 * statistics.median(memcpys["one"]) / statistics.median(memcpys["two"])
+        gain = memcpy_gain(copies[mode][cell_id(two)])
         limit = min(CONCURRENT_VS_ONE, CONCURRENT_OF_MEMCPYS * gain)
         for kind in KINDS:
             one, both = (e2e["native foo"][mode][cell_id(c)][kind]["walls"] for c in (BASE, two))
@@ -172,6 +170,11 @@ def targets(ops: dict, e2e: dict, copies: dict) -> list[dict]:
         row["verdict"] = verdict(row)
         row["met"] = row["verdict"] == "MET"
     return rows
+
+
+def memcpy_gain(memcpys: dict[str, list[float]]) -> float:
+    """Throughput of two memcpys side by side over one's, from a cell's yardsticks."""
+    return 2 * statistics.median(memcpys["one"]) / statistics.median(memcpys["two"])
 
 
 def intercept(by_cell: dict, kind: str) -> float | None:
