@@ -26,6 +26,15 @@ import pytest
 
 # First Party
 from lmcache_device_kit import backend as kit_backend
+from lmcache_device_kit.conformance.plugin import MARKERS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The conformance suite's markers, which the kit's tests meet importing its
+    classes (a project's run registers them through the suite's plugin)."""
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+
 
 #: A template plugin's names.py; ``__NAME__`` is replaced by the package's name.
 NAMES = """

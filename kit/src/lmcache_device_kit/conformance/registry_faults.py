@@ -82,8 +82,9 @@ class BaseRegistryFaultsTests(ConformanceTests):
     selection."""
 
     @pytest.fixture(scope="class")
+    @classmethod
     def beside_faulty_plugins(
-        self, tmp_path_factory: pytest.TempPathFactory
+        cls, tmp_path_factory: pytest.TempPathFactory
     ) -> Registry:
         """``registry()`` with two faulty plugins installed beside this one (the
         registry state allows both in one interpreter): one whose import raises, and
