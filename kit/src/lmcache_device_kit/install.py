@@ -8,6 +8,11 @@ place that says which and why. It only says what to install: each caller install
 its own tool (nox's ``session.install``, the template's uv) and chooses where the kit,
 the wheel and the emulator come from.
 
+The kit itself comes first, from the first source that gives it
+(``kit_source.ORDER``: ``LMCACHE_DEVICE_KIT``, the package index, the template the
+project was rendered from); ``--kit-sources`` prints that plan for a project, as its
+sessions try it (they run the same module, copied beside the noxfile).
+
 Must not import lmcache, torch or the plugin: it runs before they are installed (its
 only dependency is ``packaging``, none of theirs).
 """
@@ -20,7 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 import argparse
 import json
+import os
 import sys
+
+# First Party
+from lmcache_device_kit import kit_source
 
 if sys.version_info >= (3, 11):
     # Standard
@@ -101,23 +110,36 @@ def plugin_steps(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    order = "\n".join(f"  {n}. {where}" for n, where in enumerate(kit_source.ORDER, 1))
     parser = argparse.ArgumentParser(
         prog="python -m lmcache_device_kit.install",
         description=__doc__,
-        epilog="Prints the steps as JSON: [[what, [pip install arguments]], ...].",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Prints the steps as JSON: [[what, [pip install arguments]], ...].\n"
+        f"The kit comes from the first of:\n{order}",
     )
-    parser.add_argument(
-        "--torch", required=True, help="pip arguments for torch (one string)"
-    )
-    parser.add_argument(
-        "--lmcache", required=True, help="a release, 'pre' or a requirement"
-    )
+    parser.add_argument("--torch", help="pip arguments for torch (one string)")
+    parser.add_argument("--lmcache", help="a release, 'pre' or a requirement")
     parser.add_argument("--project", type=Path, default=Path.cwd())
-    parser.add_argument("--wheel", required=True, help="the plugin's wheel")
+    parser.add_argument("--wheel", help="the plugin's wheel")
     parser.add_argument("--kit", default="", help="pip arguments for the kit")
     parser.add_argument("--emulator", help="the emulator (a directory or a wheel)")
     parser.add_argument("--past-pin", action="store_true")
+    parser.add_argument(
+        "--kit-sources",
+        action="store_true",
+        help="print where the project's sessions take the kit from, in order",
+    )
     args = parser.parse_args(argv)
+    if args.kit_sources:
+        try:
+            print(kit_source.describe(args.project, os.environ))
+        except kit_source.Unavailable as unavailable:
+            parser.error(str(unavailable))
+        return 0
+    missing = [f"--{n}" for n in ("torch", "lmcache", "wheel") if not getattr(args, n)]
+    if missing:
+        parser.error(f"the steps need {', '.join(missing)} (or ask --kit-sources)")
     steps = environment_steps(args.torch.split(), args.lmcache) + plugin_steps(
         args.project, args.wheel, args.kit.split(), args.emulator, args.past_pin
     )
