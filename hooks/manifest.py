@@ -15,7 +15,9 @@ of it goes). Paths are relative to the project directory, as the template names 
 ``COPIES`` lists the other way round what an answer set adds from beside the template:
 the kit's run-time LMCache shims (``kit/src/lmcache_device_kit/compat``), which a
 wheel requires as a dependency but LMCache's tree cannot, so an in-tree backend carries
-a copy of them (the hook copies them, unrendered: they stay written once, in the kit).
+a copy of them (the hook copies them, unrendered: they stay written once, in the kit);
+and ``KIT_SOURCE``, the kit's module that says where a wheel render's sessions take the
+kit from, which runs before the kit is installed, so it sits beside the noxfile.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ PACKAGE = "{{cookiecutter.__package_dir}}"
 TESTS = "{{cookiecutter.__tests_dir}}"
 BACKEND = "{{cookiecutter.backend_name}}"
 LMCACHE_DRIVEN = ("opt_in", "default")
+KIT_PACKAGE = Path(__file__).resolve().parent.parent / "kit" / "src" / "lmcache_device_kit"
 #: The kit's run-time shims, beside the template, and where an in-tree backend keeps its copy.
-KIT_COMPAT = Path(__file__).resolve().parent.parent / "kit" / "src" / "lmcache_device_kit" / "compat"
+KIT_COMPAT = KIT_PACKAGE / "compat"
 COMPAT_COPY = f"{PACKAGE}/_compat"
 
 
@@ -147,6 +150,11 @@ COPIES = (
 )
 
 
+#: Where a wheel render's sessions take the kit from (``lmcache_device_kit/kit_source.py``): its noxfile loads it
+#: before the kit is installed, so a wheel render carries a copy beside the noxfile (source, project-relative copy).
+KIT_SOURCE = (KIT_PACKAGE / "kit_source.py", "kit_source.py")
+
+
 def kept(part: Part, answers: Mapping[str, object]) -> bool:
     return all(answers[option] in choices for option, choices in part.when.items())
 
@@ -163,6 +171,9 @@ def dropped_paths(environment: Environment, answers: Mapping[str, object]) -> li
 def copied_files(environment: Environment, answers: Mapping[str, object]) -> list[tuple[str, str]]:
     """(the kit's source file, the project-relative path of its copy) of each kit file ``answers`` copy in."""
     target = environment.from_string(COMPAT_COPY).render(cookiecutter=answers)
-    return [
+    copies = [
         (str(KIT_COMPAT / name), f"{target}/{name}") for part in COPIES if kept(part, answers) for name in part.paths
     ]
+    if answers["ownership"] == "wheel":
+        copies.append((str(KIT_SOURCE[0]), KIT_SOURCE[1]))
+    return copies

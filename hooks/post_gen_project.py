@@ -1,12 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """Delete what these answers leave out (``hooks/manifest.py``), then the directories left empty; copy in the
-kit's files they add.
+kit's files they add; record where the template came from.
 
 Every template file is rendered; the optional parts an answer set does not keep are
 listed by the manifest (its Jinja extension renders the list into this script) and
 deleted here. Nothing outside the project directory is touched: a listed path that
 resolves outside it stops the hook. An in-tree backend then gets its copy of the kit's
-run-time LMCache shims (``COPIES``), byte for byte.
+run-time LMCache shims (``COPIES``), byte for byte, and a wheel its copy of the kit's
+``kit_source.py`` and ``.template.json``: the template's git URL and commit, or its
+directory (``hooks/template_source.py``), where its sessions take the kit from until
+the package index has it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,13 @@ def copy_in(root: Path, copies: list[tuple[str, str]]) -> None:
         shutil.copyfile(source, root / relative)
 
 
+def record(root: Path, name: str, source: dict[str, str]) -> None:
+    """Write where the template came from (``source``) to ``root / name``, a file the vendor commits."""
+    (root / name).write_text(json.dumps(source, indent=2) + "\n")
+
+
 if __name__ == "__main__":
     prune(Path.cwd(), json.loads(r"""{{ dropped_paths(cookiecutter) | tojson }}"""))
     copy_in(Path.cwd(), json.loads(r"""{{ copied_files(cookiecutter) | tojson }}"""))
+    if "{{ cookiecutter.ownership }}" == "wheel":
+        record(Path.cwd(), "{{ template_record }}", json.loads(r"""{{ template_source(cookiecutter) | tojson }}"""))

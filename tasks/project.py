@@ -190,8 +190,8 @@ def built_and_checked(
     return wheel
 
 
-#: Files of a render no build reads: its recorded answers name the directory it was rendered into.
-NOT_BUILT_FROM = (".cookiecutter.json",)
+#: Files of a render no build reads: its recorded answers and template name the directories it came from and went to.
+NOT_BUILT_FROM = (".cookiecutter.json", ".template.json")
 
 
 def wheel_key(env: ReleaseEnv, source: Path) -> str:

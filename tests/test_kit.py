@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A render takes its harness from the kit (kit/, lmcache-device-kit): at the kit's own version, from the
-template commit cruft recorded, or from where the vendor says."""
+"""A render takes its harness from the kit (kit/, lmcache-device-kit): from where the vendor says, else at the
+version it pins from the index, else from the template it was rendered from (cruft's record, or the hook's)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -21,18 +22,53 @@ from hooks.kit_version import kit_version as kit_version_in_renders
 from tasks.kit import kit_structure_problems, kit_wheel_problems
 from tasks.checks import import_circles, package_imports
 from tasks.kit_source import CLI_EXTRAS, KIT, compatible_range, environment_steps, kit_test_requirements, kit_version
-from tasks.variants import LMCACHE_RELEASES, PRERELEASES
+from tasks.variants import LMCACHE_RELEASES, PRERELEASES, ROOT
+
+#: Where a render made by these tests says the template is (its .template.json: the template's directory).
+TEMPLATE_ROOT = ROOT.resolve()
 
 
-def kit_requirement(project: Path, kit_env: str | None = None) -> list[str]:
-    """What the rendered noxfile installs as the kit, asked in a process of its own (a noxfile registers its
-    sessions when it runs)."""
-    code = "import json, runpy; print(json.dumps(runpy.run_path('noxfile.py')['kit_requirement']()))"
+#: A stand-in for nox's session, running the rendered noxfile's ``install_kit`` or ``install_plugin`` (argv[1]:
+#: which, and its arguments): ``install`` and pip under ``run_install`` are recorded (pip answering with the exit
+#: codes $PIP_CODES gives, in turn); ``run`` runs its command with the kit from this checkout on the path (the
+#: installed-kit probe, ``python -m lmcache_device_kit.install``); ``error`` exits with the message.
+SESSION = """
+import json, os, runpy, subprocess, sys
+noxfile = runpy.run_path("noxfile.py")
+installs, codes = [], json.loads(os.environ.get("PIP_CODES", "[0]"))
+class Session:
+    name, venv_backend = "tests(0.5.6)", "virtualenv"
+    def install(self, *args):
+        installs.append(list(args))
+    def run_install(self, *args, **kwargs):
+        installs.append(list(args[args.index("install") + 1:]))
+        return f"ERROR: pip said no\\n{codes.pop(0)}"
+    def run(self, *args, silent=False, log=True):
+        env = {**os.environ, "PYTHONPATH": os.environ["KIT_SOURCE"]}
+        return subprocess.run([sys.executable, *args[1:]], env=env, check=True, capture_output=True,
+                              text=True).stdout
+    def log(self, *args):
+        print(*args, file=sys.stderr)
+    def error(self, *args):
+        sys.exit(" ".join(args))
+noxfile["install_plugin"].__globals__["build_wheel"] = lambda session: "dist/w.whl"
+function, *arguments = json.loads(sys.argv[1])
+noxfile[function](Session(), *arguments)
+print(json.dumps(installs))
+"""
+
+
+def session_installs(project: Path, function: str, *arguments: object, codes: tuple[int, ...] = (0,),
+                     kit_env: str | None = None) -> tuple[int, list[list[str]], str]:  # fmt: skip
+    """Run the render's noxfile ``function`` on the stand-in session, in a process of its own (a noxfile registers
+    its sessions when it runs): (exit code, what it installed, what it said)."""
     env = {k: v for k, v in os.environ.items() if k != "LMCACHE_DEVICE_KIT"}
-    env |= {"LMCACHE_DEVICE_KIT": kit_env} if kit_env is not None else {}
-    done = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    env |= {"KIT_SOURCE": str(KIT / "src"), "TORCH_REQUIREMENT": "torch --index-url https://i",
+            "PIP_CODES": json.dumps(codes)} | ({"LMCACHE_DEVICE_KIT": kit_env} if kit_env is not None else {})  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", SESSION, json.dumps([function, *arguments])], cwd=project, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    installs = json.loads(done.stdout.splitlines()[-1]) if done.returncode == 0 else []
+    return done.returncode, installs, done.stderr
 
 
 def test_a_render_pins_the_kit_at_the_version_the_kit_declares_and_takes_pytest_from_its_test_extra(
@@ -65,21 +101,48 @@ def test_the_kit_range_a_render_requires_is_the_compatible_range_the_kits_wheel_
         ("https://example.com/t.git", "git+https://example.com/t.git@{commit}"),
     ],
 )
-def test_the_rendered_noxfile_takes_the_kit_from_the_template_commit_cruft_recorded(
+def test_the_rendered_noxfile_takes_the_kit_from_the_index_then_from_the_template_cruft_recorded(
     render: Callable[..., Path], template: str, expected: str
 ) -> None:
     project = render()
     commit = "0123456789abcdef0123456789abcdef01234567"
     (project / ".cruft.json").write_text(json.dumps({"template": template, "commit": commit}))
-    assert kit_requirement(project) == [f"lmcache-device-kit @ {expected.format(commit=commit)}#subdirectory=kit"]
+    code, installs, said = session_installs(project, "install_kit", codes=(1, 0))
+    assert code == 0, said
+    pinned = f"lmcache-device-kit[test]=={kit_version()}"
+    assert installs == [[pinned], [f"lmcache-device-kit[test] @ {expected.format(commit=commit)}#subdirectory=kit"]]
+    assert "lmcache-device-kit from the template (.cruft.json)" in said
 
 
-def test_the_rendered_noxfile_takes_the_kit_from_the_environment_first_and_else_from_its_pin(
+def test_the_rendered_noxfile_takes_the_kit_from_the_template_directory_it_was_rendered_from(
+    render: Callable[..., Path],
+) -> None:
+    """No .cruft.json: the .template.json the hook wrote (a local template: its directory); the pin first."""
+    project = render()
+    code, installs, said = session_installs(project, "install_kit", codes=(1, 0))
+    assert code == 0, said
+    assert installs == [[f"lmcache-device-kit[test]=={kit_version()}"], [f"lmcache-device-kit[test] @ {KIT.as_uri()}"]]
+
+
+def test_the_rendered_noxfile_takes_the_kit_from_the_environment_alone_when_it_is_set(
     render: Callable[..., Path],
 ) -> None:
     project = render()
-    assert kit_requirement(project) == [f"lmcache-device-kit[test]=={kit_version()}"]
-    assert kit_requirement(project, f"{KIT} --no-build-isolation") == [str(KIT), "--no-build-isolation"]
+    assert session_installs(project, "install_kit", kit_env=f"{KIT} --no-build-isolation")[1] == [
+        [str(KIT), "--no-build-isolation"]]  # fmt: skip
+    code, installs, said = session_installs(project, "install_kit", codes=(1,), kit_env=str(KIT))
+    assert code != 0 and installs == [] and "1. LMCACHE_DEVICE_KIT: ERROR: pip said no" in said
+    assert "2. the package index" not in said
+
+
+def test_the_rendered_noxfile_stops_naming_every_source_when_none_gives_the_kit(render: Callable[..., Path]) -> None:
+    project = render()
+    code, _, said = session_installs(project, "install_kit", codes=(1, 1))
+    assert code != 0
+    for line in ("could not be installed; tried, in order:", "1. LMCACHE_DEVICE_KIT: not set",
+                 "2. the package index: ERROR: pip said no", "3. the template (.template.json): ERROR: pip said no",
+                 f'LMCACHE_DEVICE_KIT="{TEMPLATE_ROOT}/kit" nox -s "tests(0.5.6)"'):  # fmt: skip
+        assert line in said, said
 
 
 def test_the_kit_has_no_import_circle_and_no_module_longer_than_a_screen() -> None:
@@ -119,25 +182,6 @@ def test_the_rendered_noxfile_runs_the_kits_tool_told_its_backend_and_project_as
     assert done.stdout.split() == ["lmcache_foo", str(project.resolve())]
 
 
-#: What the rendered noxfile's install_plugin installs, recorded by a stand-in for nox's session: its
-#: ``run`` runs the command (``python -m lmcache_device_kit.install``, the kit from this checkout).
-INSTALLS = """
-import json, os, runpy, subprocess, sys
-noxfile = runpy.run_path("noxfile.py")
-installs = []
-class Session:
-    def install(self, *args):
-        installs.append(list(args))
-    def run(self, *args, silent=False):
-        env = {**os.environ, "PYTHONPATH": os.environ["KIT_SOURCE"]}
-        return subprocess.run([sys.executable, *args[1:]], env=env, check=True, capture_output=True,
-                              text=True).stdout
-noxfile["install_plugin"].__globals__["build_wheel"] = lambda session: "dist/w.whl"
-noxfile["install_plugin"](Session(), *json.loads(sys.argv[1]))
-print(json.dumps(installs))
-"""
-
-
 @pytest.mark.parametrize(
     ("emulator", "arguments"), [("yes", ["0.5.4"]), ("no", ["0.5.6"]), ("yes", ["pre", True])]
 )
@@ -147,12 +191,8 @@ def test_the_rendered_noxfile_installs_what_the_kit_says_in_its_order(
     """torch, lmcache with its command line's undeclared dependencies, the kit first of all (it says the rest),
     then the wheel with its test extra (past the pin: the extra alone), the wheel itself, the emulator."""
     project = render(emulator=emulator)
-    env = {**os.environ, "KIT_SOURCE": str(KIT / "src"), "TORCH_REQUIREMENT": "torch --index-url https://i"}
-    env.pop("LMCACHE_DEVICE_KIT", None)
-    done = subprocess.run([sys.executable, "-c", INSTALLS, json.dumps(arguments)], cwd=project, env=env,
-                          capture_output=True, text=True)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    installs = json.loads(done.stdout.splitlines()[-1])
+    code, installs, said = session_installs(project, "install_plugin", *arguments)
+    assert code == 0, said
     lmcache, *past_pin = arguments
     test_extra = tomllib.loads((project / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
     expected = [[f"lmcache-device-kit[test]=={kit_version()}"],
@@ -180,3 +220,18 @@ def test_a_kit_wheel_without_the_doctor_command_is_refused_naming_it(tmp_path: P
         archive.writestr(f"{info}/entry_points.txt", "[console_scripts]\n")
     script = "lmcache-device-doctor = lmcache_device_kit.doctor.cli:main"
     assert f"the kit's entry_points.txt lacks the console script {script}" in kit_wheel_problems(wheel)
+
+
+def test_the_rendered_readme_and_the_kits_install_command_list_the_kits_sources_in_the_order_the_sessions_try_them(
+    render: Callable[..., Path],
+) -> None:
+    """The README's "Where the kit comes from" names, item by item, the sources of kit_source.ORDER (which
+    ``python -m lmcache_device_kit.install --help`` prints and the sessions try), and the message's fix."""
+    sys.path.insert(0, str(KIT / "src"))
+    from lmcache_device_kit.kit_source import ORDER
+
+    readme = (render() / "README.md").read_text()
+    section = readme[readme.index("### Where the kit comes from") :].split("\n## ")[0]
+    items = [item.replace("`", "").split(":")[0] for item in re.findall(r"^\d\. (.+)$", section, re.M)]
+    assert items == [source.split(":")[0] for source in ORDER]
+    assert 'LMCACHE_DEVICE_KIT="$PWD/lmcache-device-template/kit" nox -s <the session>' in section

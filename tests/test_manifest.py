@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from jinja2 import Environment
 
-from hooks.manifest import COPIES, KIT_COMPAT, PARTS, copied_files, dropped_paths
+from hooks.manifest import COPIES, KIT_COMPAT, KIT_SOURCE, PARTS, copied_files, dropped_paths
 from hooks.post_gen_project import copy_in, prune
 
 TEMPLATE = Path(__file__).resolve().parent.parent
@@ -49,14 +49,14 @@ def test_every_kit_file_the_manifest_copies_is_a_run_time_module_of_the_kits_shi
         assert set(choices) <= set(OPTIONS[option]), f"{option!r} has no choice among {choices}"
 
 
-def test_an_in_tree_answer_set_copies_the_kits_shims_into_its_package_and_a_wheel_none(tmp_path: Path) -> None:
+def test_an_in_tree_answer_set_copies_the_kits_shims_into_its_package_and_a_wheel_only_the_kits_source_module(tmp_path: Path) -> None:
     answers = {"ownership": "in_tree", "lmcache_driven": "no", "__package_dir": "lmcache/v1/platform/devices/foo"}
     copies = copied_files(Environment(), answers)
     assert [target for _, target in copies] == [
         f"lmcache/v1/platform/devices/foo/_compat/{name}"
         for name in ("__init__.py", "ops_support.py", "resolve.py", "spec.py", "surface.py")
     ]
-    assert copied_files(Environment(), {**answers, "ownership": "wheel"}) == []
+    assert copied_files(Environment(), {**answers, "ownership": "wheel"}) == [(str(KIT_SOURCE[0]), "kit_source.py")]
     copy_in(tmp_path, copies)
     assert (tmp_path / copies[0][1]).read_bytes() == (KIT_COMPAT / "__init__.py").read_bytes()
     with pytest.raises(SystemExit, match="outside the project: fix the manifest"):

@@ -25,7 +25,7 @@ from tasks.checks import (
     structure_problems,
     wheel_problems,
 )
-from hooks.manifest import KIT_COMPAT
+from hooks.manifest import KIT_COMPAT, KIT_SOURCE
 from tasks.kit_source import kit_version
 from tasks.variants import OPTIONS, combination, combination_id, matrix
 
@@ -37,9 +37,11 @@ EXPECTED_FILES = {
     ".github/workflows/release.yml",
     ".gitignore",
     ".pre-commit-config.yaml",
+    ".template.json",
     "CHANGELOG.md",
     "LICENSE",
     "README.md",
+    "kit_source.py",
     "noxfile.py",
     "pyproject.toml",
     "src/lmcache_foo/__init__.py",
@@ -289,12 +291,14 @@ def module_level_imports(source: str) -> set[str]:
     [("Apache-2.0", "Apache License"), ("MIT", "MIT License"), ("BSD-3-Clause", "BSD 3-Clause License")],
 )
 def test_license_choice_renders_its_text_and_spdx_headers(render: Callable[..., Path], license_id: str, marker: str) -> None:
-    """The LICENSE text, PEP 639 metadata and every SPDX header agree with the chosen licence."""
+    """The LICENSE text, PEP 639 metadata and every SPDX header agree with the chosen licence, but the kit's own
+    module the render carries a copy of (kit_source.py), which keeps the kit's."""
     project = render(license=license_id)
     assert (project / "LICENSE").read_text().lstrip().startswith(marker)
     assert pyproject(project)["project"]["license"] == license_id
     for source in project.rglob("*.py"):
-        assert source.read_text().startswith(f"# SPDX-License-Identifier: {license_id}\n"), source
+        kits = source.relative_to(project) == Path(KIT_SOURCE[1])
+        assert source.read_text().startswith(f"# SPDX-License-Identifier: {'Apache-2.0' if kits else license_id}\n"), source
 
 
 def test_rendered_project_records_its_answers_for_regeneration(render: Callable[..., Path]) -> None:

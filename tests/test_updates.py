@@ -87,8 +87,9 @@ def test_a_new_kit_release_reaches_a_project_as_a_pin_bump_and_a_recorded_commit
     template_repo: Path, tmp_path: Path
 ) -> None:
     """A template commit that releases a new kit: ``cruft update`` changes the project's pin to it and its wheel's
-    range to that kit's minor series, and the commit the project's noxfile takes the kit from (.cruft.json) to that
-    commit; no other file changes but the recorded answers (.cookiecutter.json: where cruft rendered them)."""
+    range to that kit's minor series, and the commit the project's sessions take the kit from (.cruft.json, honoured
+    before the hook's .template.json, which names this local template's directory) to that commit; no other file
+    changes but the recorded answers (.cookiecutter.json: where cruft rendered them)."""
     out = tmp_path / "projects"
     cruft("create", "--no-input", "--output-dir", out, template_repo, cwd=tmp_path)
     project = out / "lmcache-foo-device"
@@ -159,3 +160,41 @@ def test_a_config_file_answer_with_jinja_is_refused_and_nothing_is_written(tmp_p
     assert done.returncode != 0
     assert "contains Jinja syntax" in done.stdout + done.stderr
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_render_from_a_git_url_records_the_clone_and_commit_its_sessions_take_the_kit_from(
+    template_repo: Path, tmp_path: Path
+) -> None:
+    """Plain ``cookiecutter <git URL>`` (cloned as ``gh:`` is): .template.json holds the URL and the commit the clone
+    rendered from, kit_source.py is the kit's own module byte for byte, and the plan it prints takes the kit from the
+    index, then from the kit/ of that very commit."""
+    from hooks.manifest import KIT_SOURCE
+
+    bare = tmp_path / "template.git"
+    run("git", "clone", "-q", "--bare", template_repo, bare, cwd=tmp_path)
+    env = {**os.environ, "HOME": str(tmp_path / "home")}  # cookiecutter clones into ~/.cookiecutters
+    done = subprocess.run([sys.executable, "-m", "cookiecutter", "--no-input", "-o", str(tmp_path / "out"), bare.as_uri(),
+                           "device_name=acme"], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    project = tmp_path / "out" / "lmcache-acme-device"
+    commit = run("git", "rev-parse", "HEAD", cwd=template_repo).stdout.strip()
+    assert json.loads((project / ".template.json").read_text()) == {"template": bare.as_uri(), "url": bare.as_uri(),
+                                                                     "commit": commit}  # fmt: skip
+    assert (project / "kit_source.py").read_bytes() == KIT_SOURCE[0].read_bytes()
+    plan = run(sys.executable, project / "kit_source.py", cwd=tmp_path).stdout.splitlines()
+    assert plan[2].startswith("  2. the package index: pip install 'lmcache-device-kit[test]==")
+    assert plan[3] == (f"  3. the template (.template.json): pip install 'lmcache-device-kit[test] @ "
+                       f"git+{bare.as_uri()}@{commit}#subdirectory=kit'")  # fmt: skip
+
+
+def test_a_render_from_a_local_directory_records_its_absolute_path_and_an_in_tree_one_nothing(tmp_path: Path) -> None:
+    """A template given as a relative directory is recorded as the absolute directory (the hook runs in the
+    project, where the relative path means nothing); an in-tree contribution has no sessions and records none."""
+    out = tmp_path / "out"
+    done = render_cli("--no-input", "-o", out, os.path.relpath(TEMPLATE, tmp_path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((out / "lmcache-foo-device" / ".template.json").read_text())
+    assert record["directory"] == str(TEMPLATE.resolve()) and "commit" not in record
+    done = render_cli("--no-input", "-o", tmp_path / "in-tree", TEMPLATE, "ownership=in_tree", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not list((tmp_path / "in-tree").rglob(".template.json")) and not list((tmp_path / "in-tree").rglob("kit_source.py"))

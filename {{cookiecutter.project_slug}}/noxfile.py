@@ -47,11 +47,11 @@ Configuration (environment variables):
                      version pyproject.toml pins: the native ops are built
                      against it.{% endif %}
   LMCACHE_DEVICE_KIT pip arguments for the kit, the shims the wheel requires and
-                     the tests' harness (default: the template commit cruft
-                     recorded in .cruft.json, else the version the test extra
-                     pins, from the package index), e.g. a template checkout's
-                     ``kit/`` directory. Installed first: the wheel's own
-                     requirement of it is then met.
+                     the tests' harness, e.g. a template checkout's ``kit/``
+                     directory. Without it the kit comes from the package index
+                     (the version the test extra pins), else from the template
+                     this project was rendered from (.cruft.json, .template.json):
+                     kit_source.py, README.md "Where the kit comes from".
 """
 
 # Future
@@ -62,9 +62,12 @@ from pathlib import Path
 import ast
 import json
 import os
+import runpy
 
 # Third Party
+{%- if cookiecutter.native_ops == 'yes' %}
 from packaging.requirements import Requirement
+{%- endif %}
 import nox
 
 try:
@@ -94,9 +97,6 @@ PINNED_TORCH = [
 ]
 TORCH = [PINNED_TORCH[0] if arg == "torch" else arg for arg in TORCH]
 {%- endif %}
-#: The kit, and the template's repository as cruft records it, as pip reads a git URL.
-KIT = "lmcache-device-kit"
-GIT_HOSTS = {"gh:": "https://github.com/", "gl:": "https://gitlab.com/"}
 NATIVE = (ROOT / "setup.py").exists()  # native ops compile against the installed torch
 
 
@@ -122,6 +122,9 @@ def kit(tool: str) -> list[str]:
 
 
 RELEASES = tested_lmcache_releases()
+#: kit_source.py, beside this file: the kit's own module that says where the kit comes
+#: from (a copy: it runs before the kit is installed).
+KIT_SOURCE = runpy.run_path(str(ROOT / "kit_source.py"), run_name="kit_source")
 
 
 @nox.session
@@ -142,7 +145,8 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy on the package{{ " and the emulator" if cookiecutter.emulator == "yes" else "" }}, with
     pyproject.toml's settings (the kit too: the package imports its shims)."""
-    session.install("mypy", *kit_requirement())
+    session.install("mypy")
+    install_kit(session)
 {%- if cookiecutter.emulator == 'yes' %}
     sources = [ROOT / "src", ROOT / "emulator" / "src"]
 {%- else %}
@@ -181,38 +185,33 @@ def build(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def check_wheels(session: nox.Session) -> None:
-    """The kit's wheel check on wheels built elsewhere: ``-- dist/*.whl``."""
-    if not session.posargs:
-        session.error("name the wheels to check: nox -s check_wheels -- dist/*.whl")
-    for wheel in session.posargs:
+    """The kit's wheel check on wheels built elsewhere: ``-- dist/*.whl``; with
+    ``-- --index URL dist/*.whl`` also that the index can install all they require
+    (the release workflow's check before it publishes: none may strand its users)."""
+    given = list(session.posargs)
+    index = given[:2] if given[:1] == ["--index"] else []
+    wheels = given[len(index) :]
+    if not wheels or len(index) == 1:
+        session.error("name the wheels: nox -s check_wheels -- [--index URL] *.whl")
+    for wheel in wheels:
         check_wheel(session, Path(wheel))
+    if index:
+        session.run("python", "-m", "lmcache_device_kit.index_check", *index, *wheels)
 
 
 def check_wheel(session: nox.Session, wheel: Path) -> None:
     """The kit's wheel check (python -m lmcache_device_kit.wheel_check) against this
     project's pyproject.toml."""
-    session.install(*kit_requirement())
+    install_kit(session)
     check = ["python", "-m", "lmcache_device_kit.wheel_check", str(wheel)]
     session.run(*check, "--project", str(ROOT))
 
 
-def kit_requirement() -> list[str]:
-    """pip arguments for lmcache-device-kit, the harness the tests import (README.md,
-    "Where the kit comes from")."""
-    given = os.environ.get("LMCACHE_DEVICE_KIT", "").split()
-    cruft = ROOT / ".cruft.json"  # the template commit this project was made from
-    if given or not cruft.exists():
-        project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-        pinned = project["optional-dependencies"]["test"]
-        return given or [r for r in pinned if Requirement(r).name == KIT]
-    record = json.loads(cruft.read_text())
-    template = str(record["template"])
-    for short, url in GIT_HOSTS.items():
-        if template.startswith(short):
-            template = url + template.removeprefix(short)
-    if Path(template).is_dir():
-        template = Path(template).resolve().as_uri()
-    return [f"{KIT} @ git+{template}@{record['commit']}#subdirectory=kit"]
+def install_kit(session: nox.Session) -> None:
+    """lmcache-device-kit, from the first source that gives it (kit_source.py;
+    README.md, "Where the kit comes from"); none: the session fails at once, saying
+    what it tried and the command that fixes it."""
+    KIT_SOURCE["install_in"](session, ROOT)
 
 
 def install_plugin(session: nox.Session, lmcache: str, past_pin: bool = False) -> None:
@@ -222,8 +221,8 @@ def install_plugin(session: nox.Session, lmcache: str, past_pin: bool = False) -
     command line's undeclared dependencies, then the wheel with its test extra, then
     the CPU emulator if the project has one. ``past_pin`` keeps that lmcache even
     outside the wheel's own lmcache range (the canary)."""
+    install_kit(session)  # first: it says the order (needs packaging)
     wheel = build_wheel(session)
-    session.install(*kit_requirement())  # first: it says the order (needs packaging)
     order = ["python", "-m", "lmcache_device_kit.install", "--lmcache", lmcache]
     order += [f"--torch={' '.join(TORCH)}", "--project", str(ROOT)]
     order += ["--wheel", str(wheel)]
