@@ -155,7 +155,8 @@ def test_the_release_publishes_with_trusted_publishing_from_its_environment_only
     assert granted == {"publish": {"id-token": "write"}, "github-release": {"contents": "write"}}
     assert jobs["publish"]["environment"]["name"] == "pypi" and jobs["publish"]["needs"] == "check"
     checks = [s.get("run", "") for s in jobs["check"]["steps"]]
-    assert "python -m twine check --strict dist/*" in checks and "nox -s check_wheels -- dist/*.whl" in checks
+    assert "python -m twine check --strict dist/*" in checks
+    assert "nox -s check_wheels -- --index https://pypi.org/simple/ dist/*.whl" in checks
     assert "def check_wheels(" in (project / "noxfile.py").read_text()
     assert set(jobs["check"]["needs"]) == {"sdist", "wheels"}
 
@@ -182,3 +183,71 @@ def test_the_render_ignores_what_its_sessions_and_builds_leave(renders: dict[str
     """.gitignore covers nox's environments, build products, caches and the canary's report."""
     ignored = (renders["native"] / ".gitignore").read_text().split()
     assert {".nox/", "build/", "dist/", "*.egg-info/", ".pytest_cache/", "canary-report.md"} <= set(ignored)
+
+
+#: The template's own workflows (the kit's release and the template's CI) and its dependabot configuration.
+TEMPLATE_WORKFLOWS = (".github/workflows/ci.yml", ".github/workflows/kit-release.yml")
+
+
+def test_the_templates_own_workflows_pass_actionlint_and_zizmor() -> None:
+    """The rules the rendered workflows meet hold for the template's: actionlint finds nothing, zizmor's offline
+    audit neither (pinned actions, least-privilege tokens, no persisted credentials, no event field in a shell, a
+    dependabot cooldown)."""
+    from tests.conftest import TEMPLATE
+
+    linted = run(TOOLS / "actionlint", "-no-color", *TEMPLATE_WORKFLOWS, cwd=TEMPLATE)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    audited = run(TOOLS / "zizmor", "--offline", "--no-progress", "--color=never", ".github", cwd=TEMPLATE)
+    assert audited.returncode == 0 and "No findings to report" in audited.stdout + audited.stderr, audited.stdout
+
+
+def test_the_kit_is_released_on_its_tag_with_trusted_publishing_from_its_environment_only() -> None:
+    """A tag kit-v* builds the kit through the session that checks the tag, the changelog, twine and the kit's wheel
+    check; only the publish job, in the protected ``pypi`` environment, may mint PyPI's OIDC token, after that
+    build; only the GitHub release job may write the repository; the template's CI runs the README's command."""
+    from tests.conftest import TEMPLATE
+
+    release = yaml.safe_load((TEMPLATE / ".github/workflows/kit-release.yml").read_text())
+    assert release[True] == {"push": {"tags": ["kit-v*"]}} and release["permissions"] == {"contents": "read"}
+    jobs = release["jobs"]
+    assert any(s.get("run") == 'nox -s kit_release -- --tag "$TAG"' for s in jobs["build"]["steps"])
+    granted = {name: job.get("permissions") for name, job in jobs.items() if job.get("permissions")}
+    assert granted == {"publish": {"id-token": "write"}, "github-release": {"contents": "write"}}
+    assert jobs["publish"]["environment"]["name"] == "pypi" and jobs["publish"]["needs"] == "build"
+    assert jobs["publish"]["steps"][-1]["uses"].startswith("pypa/gh-action-pypi-publish@")
+    ci = yaml.safe_load((TEMPLATE / ".github/workflows/ci.yml").read_text())
+    assert [s.get("run") for s in ci["jobs"]["ci"]["steps"]][-1] == ".ci/run"
+    assert "nox -t ci" in (TEMPLATE / ".ci/run").read_text() and "nox -t ci" in (TEMPLATE / "README.md").read_text()
+
+
+def test_a_kit_release_is_refused_for_a_tag_that_is_not_its_version_or_a_version_without_a_changelog_section(
+    tmp_path: Path,
+) -> None:
+    """The tag must be kit-v<kit/pyproject.toml's version> and kit/CHANGELOG.md must have its section, whose text
+    is the release's notes; each refusal says what to do. The kit's version has its section now."""
+    from tasks.kit_release import notes, release_problems
+    from tasks.kit_source import kit_version
+
+    version = kit_version()
+    assert release_problems(f"kit-v{version}", version) == []
+    assert notes(version).startswith("### Added")
+    (wrong,) = release_problems("kit-v9.9.9", version)
+    assert f"the tag 'kit-v9.9.9' is not the kit's version {version}" in wrong and f"tag kit-v{version}" in wrong
+    changelog = tmp_path / "CHANGELOG.md"
+    changelog.write_text("# Changelog\n\n## [Unreleased]\n\n- something\n\n## [0.1.0]\n\n- first\n")
+    (missing,) = release_problems("kit-v0.2.0", "0.2.0", changelog)
+    assert "CHANGELOG.md has no section '## [0.2.0]'" in missing
+    assert notes("0.1.0", changelog) == "- first"
+
+
+def test_the_release_checks_that_the_index_can_install_what_the_wheels_require_before_publishing(
+    renders: dict[str, Path],
+) -> None:
+    """The check job, which publish needs, runs the kit's index check against PyPI through the render's own
+    check_wheels session: a wheel whose kit the index lacks never goes out."""
+    for variant in ("torch-ops", "native"):
+        workflow = yaml.safe_load((renders[variant] / ".github/workflows/release.yml").read_text())
+        runs_ = [s.get("run", "") for s in workflow["jobs"]["check"]["steps"]]
+        assert "nox -s check_wheels -- --index https://pypi.org/simple/ dist/*.whl" in runs_
+        noxfile = (renders[variant] / "noxfile.py").read_text()
+        assert '"lmcache_device_kit.index_check", *index, *wheels' in noxfile
