@@ -27,6 +27,11 @@ Sessions:
                      ``_lmcache_prereleases``) is a tier of its own: the rendered canary runs on
                      it (``doctor --api``, the suite, LMCache's own tests), its declared expected
                      differences apart.
+  release_day        a vendor's release day against a real package index on 127.0.0.1 (pypiserver): the template
+                     rendered from a git URL with plain cookiecutter, its tests before and after the kit is on the
+                     index, the vendor's release and their users' pip install, the message when nothing gives the kit.
+  kit_release        the kit's sdist and wheel, checked, as .github/workflows/kit-release.yml publishes them
+                     (``-- --tag kit-vX.Y.Z`` refuses any other tag and writes the release notes).
   soak, bench        (not default) cycles through real servers; transfer figures.
 
 The variants, releases and combinations are data (tasks/variants.py, cookiecutter.json). All
@@ -54,11 +59,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tasks.checks import context  # noqa: E402
 from tasks.cluster import prove_cluster  # noqa: E402
 from tasks.envs import ReleaseEnv  # noqa: E402
+from tasks.kit_release import build_release  # noqa: E402
 from tasks.kit_source import kit_test_requirements  # noqa: E402
 from tasks.matrix import check_combination  # noqa: E402
 from tasks.progress import timed  # noqa: E402
 from tasks.project import install_render, render  # noqa: E402
 from tasks.prove import prove_kit, prove_release, select  # noqa: E402
+from tasks.release_day import walk  # noqa: E402
 from tasks.variants import (  # noqa: E402
     CONTRACT_SUITES,
     HEAVY,
@@ -92,6 +99,8 @@ WHEEL_VARIANTS = [name for name, variant in VARIANTS.items() if not is_in_tree(v
 IN_TREE_VARIANTS = [name for name, variant in VARIANTS.items() if is_in_tree(variant)]
 #: Option combinations the variants do not prove end to end (those run in the sessions above).
 LIGHT = [combo for combo in matrix() if combo not in HEAVY]
+#: What a vendor's release day runs beside the render's own nox: cookiecutter, a real package index, twine, build.
+RELEASE_TOOLS = ["cookiecutter>=2.6", "nox>=2024.4.15", "build", "twine", "pypiserver", "packaging"]
 #: The releases CI proves: the newest and oldest supported, and the pre-releases (``nox -t ci``).
 CI_RELEASES = {NEWEST, OLDEST, *PRERELEASES}
 
@@ -170,6 +179,23 @@ def cluster(session: nox.Session) -> None:
 def matrix_session(session: nox.Session, combo: tuple[str, ...]) -> None:
     """One option combination: render, syntax, compile, ruff, mypy, wheel or wire patch, server-free suite."""
     check_combination(session, combo)
+
+
+@nox.session(tags=["ci"])
+def release_day(session: nox.Session) -> None:
+    """A vendor's release day, nothing handed over, against a pypiserver on 127.0.0.1 (tasks/release_day.py)."""
+    session.install(*RELEASE_TOOLS)
+    walk(session, Path(session.create_tmp()).resolve() / "release-day")
+
+
+@nox.session(default=False)
+def kit_release(session: nox.Session) -> None:
+    """The kit's release distributions in kit-dist/, checked (``-- --tag kit-vX.Y.Z``: the tag too, and the notes)."""
+    session.install("build", "twine", "packaging")
+    tag = session.posargs[1] if session.posargs[:1] == ["--tag"] and len(session.posargs) == 2 else None
+    if session.posargs and tag is None:
+        session.error("usage: nox -s kit_release [-- --tag kit-vX.Y.Z]")
+    build_release(session, ROOT / "kit-dist", tag=tag)
 
 
 @nox.session(default=False, venv_backend="none")

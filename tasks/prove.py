@@ -23,7 +23,7 @@ from pathlib import Path
 import nox
 
 from tasks.checks import context
-from tasks.envs import TORCH, ReleaseEnv
+from tasks.envs import ReleaseEnv
 from tasks.kit import kit_structure_problems
 from tasks.kit_source import KIT, kit_test_requirements
 from tasks.progress import timed
@@ -42,7 +42,6 @@ from tasks.readme import run_install_and_server, summary, tests_command
 from tasks.suite import (
     Outcome,
     check_runtime_calls,
-    count,
     run_canary,
     run_contract,
     run_in_tree_suites,
@@ -55,7 +54,6 @@ from tasks.variants import (
     QUICK_CONTRACT_SUITES,
     REPRESENTATIVE,
     VARIANTS,
-    VENDOR_NOXFILE,
     is_in_tree,
 )
 
@@ -133,8 +131,6 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
         installed += f"; import torch; print('torch.{module} devices:', torch.{module}.device_count())"
     with session.chdir(work):  # nothing may resolve to the source tree
         session.log(ours(env.run_logged(session, work / "import.log", "python", "-c", installed, env=env_vars)))
-    if name == VENDOR_NOXFILE and env.release == NEWEST:
-        return run_vendor_noxfile(session, env, project, work, emulator)
     if env.release in PRERELEASES:
         begun = time.monotonic()
         outcome = run_canary(session, env, project, work, env_vars, contract if name == REPRESENTATIVE else ())
@@ -186,18 +182,6 @@ def emulator_built_meanwhile(env: ReleaseEnv, project: Path, ctx: dict) -> Itera
         _, errors = build.communicate()
         if build.returncode:  # the import before the suite reports it again, in full
             print(f"emulator build failed:\n{errors[-3000:]}", file=sys.stderr)
-
-
-def run_vendor_noxfile(session: nox.Session, env: ReleaseEnv, project: Path, work: Path, emulator: bool) -> Outcome:
-    """The rendered project's own ``nox -s lint typecheck build "tests(<release>)"``, exactly as its CI workflow
-    runs it (its own environments): every rendered session must work as shipped. It runs the suite in place of
-    run_suite, not in addition to it."""
-    junit = work / "junit.xml"
-    with session.chdir(project):
-        env.run_logged(session, work / "vendor-nox.log", "nox", "--envdir", str(work / "vendor-nox"), "-s", "lint",
-                       "typecheck", "build", f"tests({env.release})", "--", f"--junitxml={junit}",
-                       env={"TORCH_REQUIREMENT": TORCH, "LMCACHE_DEVICE_KIT": str(KIT)})  # fmt: skip
-    return count(session, junit, device_present=emulator)
 
 
 def prove_kit(session: nox.Session, release: str) -> None:

@@ -71,8 +71,6 @@ OLDER_RELEASE_VARIANTS = [REPRESENTATIVE, "engine-driven"]
 #: What ``lmcache_releases`` proves on a pre-release (``-- all``, ``-- engine-driven``: more): the representative
 #: variant has every rendered module and both transfer modes; its canary covers LMCache's interface.
 PRERELEASE_VARIANTS = [REPRESENTATIVE]
-#: The variant whose suite runs through the rendered project's own noxfile (as its CI workflow calls it).
-VENDOR_NOXFILE = "engine-driven"
 #: Combinations the answer checks refuse (hooks/answer_rules.py; tests/test_hooks.py proves each refusal).
 REFUSED = {("in_tree", "yes"): "in-tree native ops belong in LMCache's own csrc/ build"}
 _IDS = {
