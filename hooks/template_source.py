@@ -45,14 +45,19 @@ def git(checkout: Path, *args: str) -> str:
 
 
 def template_source(answers: Mapping[str, object]) -> dict[str, str]:
-    """Where the template of ``answers`` (cookiecutter's context) came from (the module's docstring says what)."""
+    """Where the template of ``answers`` (cookiecutter's context) came from (the module's docstring says what).
+
+    cookiecutter renders from the template as given when it is a local directory (``_repo_dir`` is then
+    ``_template`` itself, perhaps relative), from its clone otherwise; it renders the hook with the checkout it
+    rendered from as the working directory, where a relative ``_repo_dir`` resolves."""
     template = str(answers.get("_template") or "")
     checkout = Path(str(answers.get("_repo_dir") or "."))
+    checkout = checkout if checkout.is_absolute() else Path.cwd() / checkout
     record = {"template": template}
     if template.endswith(".zip"):
         return record
-    if Path(template).is_dir():  # relative to where cookiecutter runs, which is here
-        record["directory"] = str(Path(template).resolve())
+    if str(answers.get("_repo_dir")) == template:  # a local directory, not a clone
+        record["directory"] = str(checkout.resolve())
         return record
     url, commit = git(checkout, "remote", "get-url", "origin"), git(checkout, "rev-parse", "HEAD")
     if url and commit:
