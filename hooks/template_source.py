@@ -48,11 +48,11 @@ def template_source(answers: Mapping[str, object]) -> dict[str, str]:
     """Where the template of ``answers`` (cookiecutter's context) came from (the module's docstring says what).
 
     cookiecutter renders from the template as given when it is a local directory (``_repo_dir`` is then
-    ``_template`` itself, perhaps relative), from its clone otherwise; it renders the hook with the checkout it
-    rendered from as the working directory, where a relative ``_repo_dir`` resolves."""
+    ``_template`` itself, perhaps relative to where cookiecutter was started), from its clone otherwise, and it
+    renders the hook in that checkout (its working directory then), which a relative ``_repo_dir`` names."""
     template = str(answers.get("_template") or "")
-    checkout = Path(str(answers.get("_repo_dir") or "."))
-    checkout = checkout if checkout.is_absolute() else Path.cwd() / checkout
+    given = Path(str(answers.get("_repo_dir") or "."))
+    checkout = given if given.is_absolute() else Path.cwd()  # relative: where the hook renders
     record = {"template": template}
     if template.endswith(".zip"):
         return record

@@ -87,9 +87,9 @@ def test_a_new_kit_release_reaches_a_project_as_a_pin_bump_and_a_recorded_commit
     template_repo: Path, tmp_path: Path
 ) -> None:
     """A template commit that releases a new kit: ``cruft update`` changes the project's pin to it and its wheel's
-    range to that kit's minor series, and the commit the project's sessions take the kit from (.cruft.json, honoured
-    before the hook's .template.json, which names this local template's directory) to that commit; no other file
-    changes but the recorded answers (.cookiecutter.json: where cruft rendered them)."""
+    range to that kit's minor series, and the commit the project's sessions take the kit from (.cruft.json, and the
+    hook's .template.json: cruft renders from a clone) to that commit; no other file changes but the recorded
+    answers (.cookiecutter.json: where cruft rendered them)."""
     out = tmp_path / "projects"
     cruft("create", "--no-input", "--output-dir", out, template_repo, cwd=tmp_path)
     project = out / "lmcache-foo-device"
@@ -102,7 +102,9 @@ def test_a_new_kit_release_reaches_a_project_as_a_pin_bump_and_a_recorded_commit
 
     cruft("update", "--skip-apply-ask", cwd=project)
     changed = run("git", "status", "--porcelain", cwd=project).stdout.split()
-    assert sorted(changed[1::2]) == [".cookiecutter.json", ".cruft.json", "pyproject.toml"]
+    assert sorted(changed[1::2]) == [".cookiecutter.json", ".cruft.json", ".template.json", "pyproject.toml"]
+    assert json.loads((project / ".template.json").read_text())["commit"] == run(
+        "git", "rev-parse", "HEAD", cwd=template_repo).stdout.strip()  # fmt: skip
     assert '"lmcache-device-kit[test]==99.0.0"' in (project / "pyproject.toml").read_text()
     assert '"lmcache-device-kit>=99.0.0,<99.1"' in (project / "pyproject.toml").read_text()  # the wheel's own range
     new_commit = run("git", "rev-parse", "HEAD", cwd=template_repo).stdout.strip()
