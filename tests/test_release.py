@@ -166,8 +166,8 @@ def test_ci_builds_with_cpu_torch_and_runs_on_hardware_only_once_the_vendor_name
     renders: dict[str, Path], variant: str
 ) -> None:
     """Every job, the checks' build included, installs CPU torch (a repository variable names another); the
-    hardware job is skipped until the repository variable names a self-hosted runner's label, and runs without
-    the emulator."""
+    hardware job is skipped until the repository variable names a self-hosted runner's label, runs without the
+    emulator, and only on the torch and extension the vendor names (HARDWARE_TORCH_REQUIREMENT)."""
     project = renders[variant]
     workflow = yaml.safe_load((project / ".github/workflows/ci.yml").read_text())
     assert "https://download.pytorch.org/whl/cpu" in workflow["env"]["TORCH_REQUIREMENT"]
@@ -177,6 +177,12 @@ def test_ci_builds_with_cpu_torch_and_runs_on_hardware_only_once_the_vendor_name
     assert hardware["if"] == "vars.HARDWARE_RUNNER_LABEL != ''"
     assert hardware["runs-on"] == ["self-hosted", "${{ vars.HARDWARE_RUNNER_LABEL }}"]
     assert hardware["env"][context(project)["__emulator_env_var"]] == "0"
+    # the vendor's torch and extension, never a bare torch (PyPI's CUDA build): the first step refuses an unset one
+    assert hardware["env"]["TORCH_REQUIREMENT"] == "${{ vars.HARDWARE_TORCH_REQUIREMENT }}"
+    guard = hardware["steps"][0]["run"]
+    refused = run("bash", "-e", "-c", guard, env={"PATH": "/usr/bin:/bin", "TORCH_REQUIREMENT": ""})
+    assert refused.returncode == 1 and "set the repository variable HARDWARE_TORCH_REQUIREMENT" in refused.stdout
+    assert run("bash", "-e", "-c", guard, env={"PATH": "/usr/bin:/bin", "TORCH_REQUIREMENT": "torch==2.5.1"}).returncode == 0
 
 
 def test_the_render_ignores_what_its_sessions_and_builds_leave(renders: dict[str, Path]) -> None:
