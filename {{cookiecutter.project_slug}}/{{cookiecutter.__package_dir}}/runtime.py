@@ -55,7 +55,9 @@ _bound = threading.local()
 
 def bind_thread_context(device: int | None = None) -> None:
     """Make the runtime's context for ``device`` (None: the thread's current device)
-    current on the calling thread; once per thread and device.
+    current on the calling thread: bound once per thread and device, and made
+    current again whenever the thread's current device is another (a thread that
+    binds 0, then 1, then 0 ends on 0).
 
     TODO(vendor): bind your runtime's context. Setting the device does it on
     Ascend (``torch.npu.set_device`` calls ``aclrtSetDevice``) and on the
@@ -64,7 +66,7 @@ def bind_thread_context(device: int | None = None) -> None:
     runtime = getattr(torch, TORCH_MODULE_NAME)
     index = runtime.current_device() if device is None else int(device)
     devices = _bound.__dict__.setdefault("devices", set())
-    if index not in devices:
+    if index not in devices or runtime.current_device() != index:
         runtime.set_device(index)
         devices.add(index)
 

@@ -255,6 +255,27 @@ class BaseLMCacheDrivenTests(ConformanceTests):
         thread.join(60)
         assert results == [(True, True)]
 
+    def test_a_threads_bound_context_follows_every_device_it_is_asked_for(
+        self, runtime: Any
+    ) -> None:
+        """One of LMCache's threads binds device 0, then 1, then 0 again (a server
+        mapping two ranks' caches): each bind leaves that device current."""
+        if runtime.device_count() < 2:
+            pytest.skip("one device: nothing to switch between")
+        package = kit_backend.current().package
+        bind = importlib.import_module(f"{package}.runtime").bind_thread_context
+        current: list[object] = []
+
+        def switch() -> None:
+            for index in (0, 1, 0):
+                bind(index)
+                current.append(runtime.current_device())
+
+        thread = threading.Thread(target=switch)
+        thread.start()
+        thread.join(60)
+        assert current == [0, 1, 0]
+
     def test_pinning_refuses_a_null_pointer_or_an_empty_range(
         self, lmcache_driven: Any
     ) -> None:
