@@ -100,10 +100,14 @@ def test_native_ops_choice_adds_the_extension_its_build_and_binding(render: Call
 
 @pytest.mark.parametrize(("choice", "default_mode"), [("opt_in", "ENGINE_DRIVEN"), ("default", "LMCACHE_DRIVEN")])
 def test_lmcache_driven_choice_sets_what_auto_means(render: Callable[..., Path], choice: str, default_mode: str) -> None:
-    """opt_in keeps auto on engine-driven; default makes auto LMCache-driven."""
+    """opt_in keeps auto on engine-driven; default makes auto LMCache-driven while it is offered (its probe passes:
+    TestDoctorPort runs a runtime where it does not), engine-driven otherwise."""
     device = (render(lmcache_driven=choice) / "src/lmcache_foo/device.py").read_text()
     assert f"return MPTransferMode.{default_mode}" in device
-    assert "def is_lmcache_driven_available(self) -> bool:" in device and "        return True" in device
+    assert ("if self.is_lmcache_driven_available():\n            return MPTransferMode.LMCACHE_DRIVEN" in device) is (
+        choice == "default")  # fmt: skip
+    assert "def is_lmcache_driven_available(self) -> bool:" in device
+    assert "return not self.lmcache_driven_unproven()" in device
 
 
 @pytest.mark.parametrize(

@@ -48,11 +48,15 @@ def _roundtrip(wrapper: DeviceIPCWrapper) -> DeviceIPCWrapper:
     return DeviceIPCWrapper.Deserialize(DeviceIPCWrapper.Serialize(wrapper))
 
 
-def test_spec_advertises_the_lmcache_driven_stack() -> None:
+def test_spec_advertises_the_lmcache_driven_stack_where_its_probe_passes() -> None:
+    """Every part is there; the capability is offered only where an IPC export and an
+    interprocess event work (never without the device: fail closed)."""
     spec = {{ cookiecutter.class_prefix }}DeviceSpec()
-    assert spec.is_lmcache_driven_available()
     assert spec.ipc_wrapper_cls is Wrapper
     assert resolve_kv_wrapper_factory(DEVICE_TYPE) == Wrapper.wrap
+    offered = spec.is_lmcache_driven_available()
+    assert offered is not bool(spec.lmcache_driven_unproven())
+    assert spec.is_available() or not offered
 
 
 @pytest.mark.parametrize("value", [[], [torch.zeros(4)], torch.zeros(4)])

@@ -93,8 +93,10 @@ class BaseBackendShapeTests(ConformanceTests):
     def test_the_lmcache_driven_capability_comes_with_all_its_parts_or_none(
         self,
     ) -> None:
-        """A package with an IPC wrapper module offers LMCache-driven transfer, with
-        every part; one without offers none of it."""
+        """A package with an IPC wrapper module has every part, and offers
+        LMCache-driven transfer exactly while its probe passes (on a device with IPC
+        memory and interprocess events; never without one); one without offers none
+        of it."""
         spec = registered_spec()
         parts = {
             "ipc_wrapper_cls": spec.ipc_wrapper_cls,
@@ -103,7 +105,15 @@ class BaseBackendShapeTests(ConformanceTests):
         }
         package = kit_backend.current().package
         if find_spec(f"{package}.ipc_wrapper") is not None:
-            assert spec.is_lmcache_driven_available()
+            unproven = spec.lmcache_driven_unproven()
+            assert spec.is_lmcache_driven_available() is not bool(unproven)
+            assert unproven or spec.is_available(), "offered without a device"
+            # Third Party
+            import torch
+
+            runtime = getattr(torch, kit_backend.current().torch_module_name, None)
+            emulated = getattr(runtime, "is_emulator", False)
+            assert not (emulated and hasattr(runtime, "ipc_export_handle") and unproven)
             assert None not in parts.values(), parts
             assert callable(spec.create_cache_context)
             return

@@ -22,6 +22,7 @@ import json
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.base import ConformanceTests
 from lmcache_device_kit.conformance.doctor import doctor
+from lmcache_device_kit.conformance.support import run_python
 from lmcache_device_kit.doctor import port
 from lmcache_device_kit.doctor.ladder import STEPS
 from lmcache_device_kit.runtime_calls import EMULATOR_ONLY
@@ -93,6 +94,33 @@ class BaseDoctorPortTests(ConformanceTests):
         _, steps = ladder(env)
         expected = "not ported" if port.holds_sample(host_functions) else "✓"
         assert state(steps["host-functions"]) == expected, steps["host-functions"]
+
+    def test_a_runtime_without_ipc_export_is_offered_engine_driven_only_saying_why(
+        self, emulator: Any, lmcache_driven: Any
+    ) -> None:
+        """Day one on a device: its IPC memory not ported yet (the emulator without
+        it, ``..._IPC=0``). The spec offers engine-driven transfer only and ``auto``
+        means it (fail closed, as LMCache's MUSA and SUPA backends do), the plugin
+        says so once with its slow-path mark, and ``doctor --port`` reads the IPC step
+        and the offer "not ported yet", the offer with the probe's reason."""
+        backend = kit_backend.current()
+        env = (f"{backend.emulator_env_var}_IPC", "0")
+        _, steps = ladder(env)
+        offer = steps["lmcache-driven"]
+        assert state(steps["ipc-memory"]) == state(offer) == "not ported", steps
+        assert state(steps["thread-context"]) == "✓", steps["thread-context"]
+        assert "LMCache-driven transfer is not offered here" in offer["detail"]
+        assert "ipc_export_handle" in offer["detail"], offer
+        code = (
+            "import lmcache; from lmcache.v1.platform import get_device_spec; "
+            f"s = get_device_spec({backend.device_type!r}); "
+            "print(s.is_lmcache_driven_available(), s.is_handle_transfer_available(), "
+            "getattr(s.default_mp_transfer_mode(), 'value', 'engine_driven'))"
+        )
+        done = run_python(code, env={env[0]: env[1], backend.emulator_env_var: "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split()[-3:] == ["False", "False", "engine_driven"]
+        assert f"{backend.backend_name} slow path:" in done.stderr + done.stdout
 
     def test_every_call_only_the_emulator_has_is_on_the_ladder(
         self, emulator: Any

@@ -236,11 +236,18 @@ def check_transfer_modes(report: Report, spec: Any, compat: Any) -> bool:
             "is_lmcache_driven_available() only",
         )
     modes = ["engine_driven"] + (["lmcache_driven"] if new_name else [])
-    return report.add(
-        "transfer modes",
-        True,
-        f"{', '.join(modes)}; auto means {compat.auto_transfer_mode(spec)}",
-    )
+    said = f"{', '.join(modes)}; auto means {compat.auto_transfer_mode(spec)}"
+    # A plugin with LMCache-driven parts whose probe fails on this runtime (its IPC
+    # memory or events not ported yet) offers engine-driven only: not ported, yet.
+    unproven = getattr(spec, "lmcache_driven_unproven", lambda: "")()
+    if unproven and not new_name:
+        return report.pending(
+            "transfer modes",
+            f"{said}: LMCache-driven transfer is not offered here ({unproven})",
+            "port IPC memory and interprocess events (doctor --port: their steps); "
+            "the spec offers LMCache-driven transfer once its probe passes",
+        )
+    return report.add("transfer modes", True, said)
 
 
 def _available(spec: Any) -> bool:

@@ -193,8 +193,9 @@ STEPS: tuple[Step, ...] = (
     Step(
         "lmcache-driven",
         "offer LMCache-driven transfer",
-        ("device.py:{prefix}DeviceSpec.is_lmcache_driven_available",),
-        "a cheap probe of what IPC memory and events need (driver, firmware)",
+        ("device.py:{prefix}DeviceSpec.lmcache_driven_unproven",),
+        "IPC memory and interprocess events ported (the steps above); a cheap probe "
+        "of what else they need (driver, firmware)",
         "TestLMCacheDriven, TestE2ELMCacheDriven",
         "transfer modes",
         needs="ipc_wrapper",

@@ -2,9 +2,8 @@
 {{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""The emulated device: the compiled backend (``csrc/``) and the module installed
 as ``torch.{{ cookiecutter.__torch_module_name }}``.
 
-Imported by ``load()`` and ``autoload()`` (``__init__.py``) only, after torch
-(possibly from inside ``import torch``, at its end). See ``__init__.py`` for what
-the emulator holds code to.
+Imported by ``load()`` and ``autoload()`` (``__init__.py``) only, after torch (maybe
+from inside ``import torch``). See ``__init__.py`` for what it holds code to.
 """
 
 # Future
@@ -48,6 +47,8 @@ FAULTS_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_FAULTS"
 #: ``0``: a runtime without host functions, as torch_npu and torch_musa are: no
 #: ``host_func_launcher`` (code that publishes after a stream's work synchronizes it).
 HOST_FUNCS_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_HOST_FUNCS"
+#: ``0``: IPC memory not ported yet (day one): no ``ipc_{export,open,close}_handle``.
+IPC_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_IPC"
 #: ``0``: one runtime context for every thread (CUDA's primary context). By default
 #: contexts are per thread, as on Ascend: host registration and IPC export, open and
 #: close fail on a thread that has not set its device (the loading thread has).
@@ -272,6 +273,9 @@ def _install() -> types.ModuleType:
     }
     if os.environ.get(HOST_FUNCS_ENV_VAR) == "0":
         del members["host_func_launcher"]
+    if os.environ.get(IPC_ENV_VAR) == "0":
+        for name in ("ipc_export_handle", "ipc_open_handle", "ipc_close_handle"):
+            del members[name]
     for name, value in members.items():
         setattr(module, name, value)
     _record.watch(module)  # with RECORD_ENV_VAR only
