@@ -74,6 +74,19 @@ SUB_PATHS = {
 }
 
 
+@functools.cache
+def transports() -> tuple[tuple[type, str], ...]:
+    """The engine-driven transport classes the installed release has, each with its
+    sub-path; resolved once (``lazy`` caches a name it found, not one it did not)."""
+    found = []
+    for name, sub_path in SUB_PATHS.items():
+        try:
+            found.append((lazy(name), sub_path))
+        except ImportError:  # another release's transport
+            continue
+    return tuple(found)
+
+
 def engine_sub_path(transfer_ctx: Any) -> str:
     """``SHM``, ``inline`` or ``pickle``: how an engine-driven worker's KV bytes
     travel (its ``transfer_ctx``, after registration); a class name otherwise."""
@@ -81,13 +94,19 @@ def engine_sub_path(transfer_ctx: Any) -> str:
         context = transfer_ctx.engine_driven_context
     except (AttributeError, RuntimeError):  # LMCache-driven, or not registered
         return type(transfer_ctx).__name__
-    for name, sub_path in SUB_PATHS.items():
-        try:
-            if isinstance(context, lazy(name)):
-                return sub_path
-        except ImportError:  # another release's transport
-            continue
+    for transport, sub_path in transports():
+        if isinstance(context, transport):
+            return sub_path
     return type(context).__name__
+
+
+def engine_step(adapter: Any, finished: set[str]) -> tuple[set[str], set[str]]:
+    """One engine step's poll, as vLLM's connector makes it after every forward pass
+    (``get_finished``): the requests the engine finished go in, the stores and
+    retrieves LMCache finished come out. Until a step polls, the adapter keeps every
+    request's futures and events."""
+    stores, retrieves = adapter.get_finished(set(finished))
+    return set(stores or ()), set(retrieves or ())
 
 
 def wraps_plane_sequences() -> bool:

@@ -153,6 +153,10 @@ HARNESS_CALLS: dict[str, tuple[Shape, ...]] = {
     "LMCacheMPWorkerAdapter.submit_retrieve_request": always(
         ("self", "request_id", "op", "event")
     ),
+    # vLLM's connector polls it every engine step (lmcache_calls.engine_step).
+    "LMCacheMPWorkerAdapter.get_finished": always(
+        ("self", "finished_req_ids_from_engine")
+    ),
     "ParallelStrategy": always(
         0,
         ("mla_only", "vllm_world_size", "vllm_worker_id", "tp_size", "pp_size")

@@ -124,8 +124,7 @@ def main() -> int:
     args.head_size = args.head_size or (
         MLA_HEAD_SIZE if args.layout == "mla" else HEAD_SIZE
     )
-    # The test sends SIGUSR1 before killing a stalled worker: the stacks land in its
-    # log.
+    # SIGUSR1 (the test's, before it kills a stalled worker): the stacks, in its log.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     # First Party
@@ -150,8 +149,7 @@ def main() -> int:
         )
 
     expected = kv_for(args.first_token)
-    # Source worker: seeded KV in blocks [g, g + used_blocks) of engine group g (its own
-    # block ids).
+    # Source worker: seeded KV in blocks [g, g + used_blocks) of engine group g.
     groups = engine_groups(args.layers, args.sw_windows)
     group_of = {
         f"layer.{layer}": group
@@ -176,8 +174,8 @@ def main() -> int:
         op = lmcache_calls.load_store_op(
             prompt, [b[: -(-tokens // BLOCK_SIZE)] for b in source_blocks], 0, tokens
         )
-        # A fresh request id per store: the server caches a request's chunk hashes by
-        # id, so reusing one for another prompt "stores" nothing and still says True.
+        # A fresh id per store: the server keeps a request's hashes by id until its
+        # session ends; a reused id "stores" nothing and still says True.
         store_id = f"store-{uuid.uuid4().hex}"
         started = time.perf_counter()
         error = ""
@@ -187,10 +185,12 @@ def main() -> int:
                 store_id, op, lmcache_calls.recorded_event(source, device.type)
             )
             ok = bool(source.store_futures[store_id].result(timeout=args.mq_timeout))
+            lmcache_calls.engine_step(source, {store_id})  # the request is done
         except Exception as exc:  # noqa: BLE001 - reported to the test
             ok, error = False, f"{type(exc).__name__}: {exc}"
         report(
             phase="store",
+            request_id=store_id,  # its session ends when the scheduler says so
             rank=args.rank,
             ok=ok,
             error=error,
@@ -237,6 +237,7 @@ def main() -> int:
             )
             future, _ = destination.retrieve_futures[request_id]
             ok = bool(future.result(timeout=args.mq_timeout))
+            lmcache_calls.engine_step(destination, set())
         except Exception as exc:  # noqa: BLE001 - reported to the test
             ok, error = False, f"{type(exc).__name__}: {exc}"
         # the rank's device, not the current one
@@ -282,8 +283,7 @@ def main() -> int:
             )
         else:
             break
-    # Both instances unregister at once: each waits up to a heartbeat interval for its
-    # thread to stop.
+    # Both unregister at once: each waits up to a heartbeat interval for its thread.
     closing = threading.Thread(target=destination.shutdown)
     closing.start()
     source.shutdown()
