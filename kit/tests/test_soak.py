@@ -37,3 +37,40 @@ def test_the_soak_refuses_a_run_without_cycles_before_starting_anything(
     """No server starts for a run that could measure nothing."""
     assert run(monkeypatch, option, "0", "--package", "not_installed") == 2
     assert "--warmup and --cycles must be positive" in capsys.readouterr().err
+
+
+def test_growth_per_cycle_tells_a_plateau_from_a_leak() -> None:
+    """RSS that stops growing once the rings fill reads about 0 KiB per cycle; a leak
+    reads its size per cycle, however large the process."""
+    plateau = [(c, 300_000 + (40 if c % 50 else 0)) for c in range(1000, 2001, 25)]
+    leak = [(c, 300_000 + 11 * c) for c in range(1000, 2001, 25)]
+    assert abs(soak.kib_per_cycle(plateau)) < 0.1
+    assert soak.kib_per_cycle(leak) == pytest.approx(11)
+    assert soak.kib_per_cycle(leak[:1]) == 0.0
+
+
+def test_only_the_shared_memory_the_soaks_own_processes_map_is_theirs() -> None:
+    """A segment this process maps is listed; one another process made (a test
+    running beside the soak) is not, so it is never counted as the soak's leak."""
+    # Standard
+    from multiprocessing import shared_memory
+    import os
+    import subprocess
+    import sys
+
+    mine = shared_memory.SharedMemory(create=True, size=4096)
+    code = (
+        "from multiprocessing import shared_memory as s, resource_tracker as r; "
+        "m = s.SharedMemory(create=True, size=4096); r.unregister(m._name, "
+        "'shared_memory'); print(m.name)"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        mapped = soak.shm_mapped(os.getpid())
+        assert mine.name in mapped and other.lstrip("/") not in mapped
+    finally:
+        mine.close()
+        mine.unlink()
+        shared_memory.SharedMemory(name=other).unlink()

@@ -44,6 +44,8 @@ from lmcache_device_kit.harness.servers import (
 from lmcache_device_kit.harness.worker_kv import token_ids
 
 TOKENS = 2 * CHUNK
+#: How often RSS is sampled for its slope per cycle (printed every 250 cycles).
+SAMPLE_EVERY = 25
 #: ~20 MB: about 300 prompts of 2 layers x 128 tokens; eviction starts well inside the
 #: warm-up.
 L1_GB = 0.02
@@ -70,6 +72,29 @@ def usage(worker_pid: int, server_pid: int) -> dict[str, int]:
     }
 
 
+def shm_mapped(*pids: int) -> set[str]:
+    """The /dev/shm segments the processes ``pids`` map (what they created or opened):
+    the only ones a soak may call its own."""
+    names = set()
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+            path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
+            if path.startswith("/dev/shm/"):
+                names.add(path.removeprefix("/dev/shm/").removesuffix(" (deleted)"))
+    return names
+
+
+def kib_per_cycle(samples: list[tuple[int, int]]) -> float:
+    """The least-squares slope of RSS (``samples``: cycle, KiB) per cycle, in KiB:
+    about 0 for a plateau, a leak's size per cycle otherwise."""
+    if len(samples) < 2:
+        return 0.0
+    mean_x = sum(x for x, _ in samples) / len(samples)
+    mean_y = sum(y for _, y in samples) / len(samples)
+    spread = sum((x - mean_x) ** 2 for x, _ in samples)
+    return sum((x - mean_x) * (y - mean_y) for x, y in samples) / spread
+
+
 def lmcache_driven_offered() -> bool:
     # First Party
     from lmcache.v1.platform import get_device_spec
@@ -88,7 +113,6 @@ def soak_path(
     warmup: int,
     work: Path,
 ) -> dict:
-    shm_before = shm_entries()
     shm_name = f"soak_{os.getpid()}" if shm else None
     server_env = plugin_server_env() if worker_mode == "lmcache_driven" else {}
     figures: dict = {
@@ -120,6 +144,7 @@ def soak_path(
         scheduler = Scheduler(server.url, f"soak-{worker_mode}", 1)
         mismatches = failures = rereads = 0
         baseline: dict[str, int] = {}
+        samples: list[tuple[int, int, int]] = []  # cycle, worker KiB, server KiB
         started = time.monotonic()
         try:
             assert (
@@ -129,7 +154,10 @@ def soak_path(
             for cycle in range(warmup + cycles):
                 first = 10_000 + cycle * TOKENS
                 worker.store(first)
-                failures += not worker.next_result()["ok"]
+                stored = worker.next_result()
+                failures += not stored["ok"]
+                # the request is done: its session ends, as vLLM's scheduler ends it
+                scheduler.end_session(stored["request_id"])
                 reads = [first] + (
                     [first - 5 * TOKENS] if cycle >= 5 and cycle % 10 == 0 else []
                 )
@@ -146,14 +174,18 @@ def soak_path(
                     scheduler.end_session(request_id)
                     mismatches += not (result["ok"] and result["bytes_match"])
                     rereads += read != first
-                if (cycle + 1) % 250 == 0:
+                if (cycle + 1) % SAMPLE_EVERY == 0:
                     sizes = (rss_kib(worker.process.pid), rss_kib(server.process.pid))
+                    samples.append((cycle + 1, *sizes))
+                if (cycle + 1) % 250 == 0:
                     figures["rss_trace_mib"].append(
                         (cycle + 1, *(round(kib / 1024) for kib in sizes))
                     )
                 if cycle + 1 == warmup:
                     baseline = usage(worker.process.pid, server.process.pid)
             final = usage(worker.process.pid, server.process.pid)
+            own_shm = shm_mapped(worker.process.pid, server.process.pid)
+            own_shm |= {shm_name} if shm_name else set()
             figures["seconds"] = round(time.monotonic() - started, 1)
         finally:
             scheduler.close()
@@ -174,8 +206,12 @@ def soak_path(
         - baseline["worker_fds"]
         + final["server_fds"]
         - baseline["server_fds"],
-        leaked_shm=sorted(shm_entries() - shm_before),
+        leaked_shm=sorted(own_shm & shm_entries()),
     )
+    # After the warm-up (the rings full): a plateau is about 0 KiB per cycle.
+    for side, column in (("worker", 1), ("server", 2)):
+        measured = [(t[0], t[column]) for t in samples if t[0] >= warmup]
+        figures[f"{side}_kib_per_cycle"] = round(kib_per_cycle(measured), 2)
     return figures
 
 
@@ -223,7 +259,7 @@ def main() -> int:
             print(json.dumps(results[-1]), flush=True)
     print(
         f"\n{'path':<22}{'cycles':>7}{'s':>7}{'bad':>5}{'fail':>5}"
-        f"{'wRSS%':>8}{'sRSS%':>8}{'fds':>5}  shm"
+        f"{'wRSS%':>8}{'sRSS%':>8}{'wKiB/c':>8}{'sKiB/c':>8}{'fds':>5}  shm"
     )
     problems = []
     for r in results:
@@ -231,6 +267,7 @@ def main() -> int:
             f"{r['path']:<22}{r['cycles']:>7}{r['seconds']:>7}"
             f"{r['mismatched_cycles']:>5}{r['failed_cycles']:>5}"
             f"{r['worker_rss_growth_pct']:>8}{r['server_rss_growth_pct']:>8}"
+            f"{r['worker_kib_per_cycle']:>8}{r['server_kib_per_cycle']:>8}"
             f"{r['fd_growth']:>5}  {r['leaked_shm'] or '-'}"
         )
         if r["mismatched_cycles"] or r["failed_cycles"]:
