@@ -74,3 +74,23 @@ def test_only_the_shared_memory_the_soaks_own_processes_map_is_theirs() -> None:
         mine.close()
         mine.unlink()
         shared_memory.SharedMemory(name=other).unlink()
+
+
+def test_the_soak_turns_off_lmcaches_kv_event_replay_where_a_release_has_it() -> None:
+    """0.5.6+ retain every stored chunk's token ids for KV-event replay (32,768
+    records, 65,536 bindings): bounded, but filling for tens of thousands of requests,
+    which a leak check would read as a leak. The flag is declared from 0.5.6 on."""
+    # Standard
+    from importlib import metadata
+
+    # Third Party
+    from packaging.version import Version
+
+    # First Party
+    from lmcache_device_kit.harness import lmcache_calls, surface
+
+    has_them = Version(metadata.version("lmcache")) >= Version("0.5.6")
+    assert lmcache_calls.kv_events_off() == (
+        ["--kv-event-log-size", "0"] if has_them else []
+    )
+    assert surface.SERVER_FLAGS["--kv-event-log-size"] == ("0.5.6", None)

@@ -34,6 +34,7 @@ import time
 
 # First Party
 from lmcache_device_kit import backend as kit_backend
+from lmcache_device_kit.harness import lmcache_calls
 from lmcache_device_kit.harness.engine import Scheduler, Worker
 from lmcache_device_kit.harness.servers import (
     CHUNK,
@@ -127,6 +128,7 @@ def soak_path(
         shm_name=shm_name,
         env=server_env,
         l1_size_gb=L1_GB,
+        extra_args=lmcache_calls.kv_events_off(),
         wait_stop=True,
     ) as server:
         assert server.process is not None

@@ -109,6 +109,18 @@ def engine_step(adapter: Any, finished: set[str]) -> tuple[set[str], set[str]]:
     return set(stores or ()), set(retrieves or ())
 
 
+def kv_events_off() -> list[str]:
+    """Server flags that turn off LMCache's KV-event replay buffers, where it has them
+    (0.5.6+): they retain each stored chunk's token ids, up to 32,768 records and
+    65,536 chunk bindings, subscribed to or not. Bounded, but only after tens of
+    thousands of requests: a soak measuring leaks would measure them filling."""
+    try:
+        lazy("KVEventModule")
+    except ImportError:
+        return []
+    return ["--kv-event-log-size", "0"]
+
+
 def wraps_plane_sequences() -> bool:
     """lmcache 0.5.6+: a worker may register a layer as a sequence of planes (per-layer
     ``(K, V)`` tuples) and LMCache hands it to the device's wrapper; before, LMCache

@@ -64,6 +64,10 @@ HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
     "EngineDrivenContextPickle": (
         (f"{TRANSFER}.pickle", "EngineDrivenContextPickle", None, "0.5.6"),
     ),
+    # The server's KV-event replay buffers (0.5.6+; lmcache_calls.kv_events_off).
+    "KVEventModule": (
+        ("lmcache.v1.multiprocess.modules.kv_events", "KVEventModule", "0.5.6", None),
+    ),
     # The server's command line (SERVER_FLAGS).
     "ServerCommand": (("lmcache.cli.commands.server", "ServerCommand", None, None),),
     # What the conformance tests call directly, as LMCache's server and workers do.
@@ -200,6 +204,9 @@ SERVER_FLAGS: dict[str, tuple[str | None, str | None]] = {
         "--p2p-transfer-engine",
     )
 }
+# The soak turns the KV-event replay buffers off where a release has them
+# (lmcache_calls.kv_events_off).
+SERVER_FLAGS["--kv-event-log-size"] = ("0.5.6", None)
 
 #: The adapters' ``extra_config`` keys the harness sets (an unknown key is ignored,
 #: silently: a timeout would fall back to LMCache's 300 s default), with the releases
