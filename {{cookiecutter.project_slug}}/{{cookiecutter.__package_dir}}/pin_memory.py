@@ -13,6 +13,10 @@ Imported lazily by ``{{ cookiecutter.class_prefix }}DeviceSpec.pin_memory_backen
 # Future
 from __future__ import annotations
 
+# Standard
+import mmap
+import threading
+
 # Third Party
 import torch
 
@@ -35,6 +39,20 @@ REGISTRATION_CALLS = ("host_register", "host_unregister")
 #: yet" unless this is False; False also turns pinning off here.
 #: TODO(vendor): True once the calls below are yours, or False if there are none.
 PINS_HOST_MEMORY: bool | None = None
+#: Your runtime's registration flag that maps the range for the device's kernels
+#: (``cudaHostRegisterMapped``, which LMCache's lazy allocator passes as ``flags=2``;
+#: Ascend's only type, ``ACL_HOST_REGISTER_MAPPED``, is 0). Every registration asks
+#: for it, whatever LMCache passes: the SHM pool's (no flags) is read by kernels too.
+#: TODO(vendor): your runtime's value.
+HOST_REGISTER_MAPPED = 0x02
+#: Registrations are whole pages: ``aclrtHostRegister`` refuses anything else, and
+#: LMCache's NPU pin backend widens its ranges so. TODO(vendor): your runtime's unit.
+PAGE_SIZE = mmap.PAGESIZE
+
+#: The page-aligned base each pinned pointer was registered at (process-wide: LMCache
+#: may unpin through another backend instance than the one that pinned).
+_bases: dict[int, int] = {}
+_bases_lock = threading.Lock()
 
 
 def _device_reads_host_memory() -> bool:
@@ -66,21 +84,26 @@ class {{ cookiecutter.class_prefix }}PinMemoryBackend(PinMemoryBackend):
     copies."""
 
     def pin_memory(self, ptr: int, size: int, flags: int = 0) -> bool:
-        """Pin ``[ptr, ptr + size)``; True on success.
+        """Pin ``[ptr, ptr + size)``, widened to whole pages, mapped for the device;
+        True on success.
 
-        A NULL pointer or an empty range is refused (False), as cudaHostRegister
-        refuses them, and so is whatever the runtime refuses (some want page-aligned
-        ranges): LMCache then keeps the buffer unpinned.
+        ``flags`` are CUDA's (LMCache passes ``cudaHostRegisterMapped``): every
+        registration here is mapped. A NULL pointer or an empty range is refused
+        (False), as cudaHostRegister refuses them, and so is whatever the runtime
+        refuses (a page another registration holds): LMCache then keeps the buffer
+        unpinned.
         TODO(vendor): your runtime's host registration (cudaHostRegister-like).
         """
         if not self.is_pin_supported or ptr <= 0 or size <= 0:
             return False
+        base = ptr - ptr % PAGE_SIZE
+        length = -(-(ptr + size - base) // PAGE_SIZE) * PAGE_SIZE
         try:
             bind_thread_context()  # LMCache's lazy allocator pins from its own thread
-{%- if cookiecutter.native_ops == 'yes' %}
             runtime = getattr(torch, TORCH_MODULE_NAME)
-            if not runtime.host_register(ptr, size):
+            if not runtime.host_register(base, length, HOST_REGISTER_MAPPED):
                 return False
+{%- if cookiecutter.native_ops == 'yes' %}
             # The native kernels reach a registered range at its device address, kept
             # here: the host address on CUDA (LMCache's lazy allocator registers with
             # cudaHostRegisterMapped; cudaHostGetDevicePointer gives it), a separate
@@ -89,15 +112,16 @@ class {{ cookiecutter.class_prefix }}PinMemoryBackend(PinMemoryBackend):
             try:
                 keep_device_address(ptr, size)
             except Exception:
-                runtime.host_unregister(ptr)
+                runtime.host_unregister(base)
                 raise
-            return True
 {%- else %}
             # Copies (copy_) address the host pointer: the device address a
             # registration may return (aclrtHostRegister's devPtr) is not needed, as
             # in LMCache's NPU pin backend.
-            return bool(getattr(torch, TORCH_MODULE_NAME).host_register(ptr, size))
 {%- endif %}
+            with _bases_lock:
+                _bases[ptr] = base
+            return True
         except Exception as exc:  # LMCache then keeps the buffer unpinned
             logger.warning("pinning %#x (%d bytes) failed: %r", ptr, size, exc)
             return False
@@ -109,12 +133,14 @@ class {{ cookiecutter.class_prefix }}PinMemoryBackend(PinMemoryBackend):
         """
         if not self.is_pin_supported:
             return False
+        with _bases_lock:
+            base = _bases.pop(ptr, ptr)  # another address: the runtime refuses it
         try:
             bind_thread_context()
 {%- if cookiecutter.native_ops == 'yes' %}
             forget_device_address(ptr)
 {%- endif %}
-            if getattr(torch, TORCH_MODULE_NAME).host_unregister(ptr):
+            if getattr(torch, TORCH_MODULE_NAME).host_unregister(base):
                 return True
             logger.warning("unpinning %#x: the runtime refused (not pinned)", ptr)
         except Exception as exc:

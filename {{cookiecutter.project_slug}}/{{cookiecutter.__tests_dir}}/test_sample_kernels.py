@@ -28,7 +28,11 @@ import textwrap
 # Third Party
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.base import ConformanceTests
-from lmcache_device_kit.conformance.support import run_python, same_bytes
+from lmcache_device_kit.conformance.support import (
+    page_aligned,
+    run_python,
+    same_bytes,
+)
 import pytest
 import torch
 
@@ -36,6 +40,9 @@ DEVICE = "{{ cookiecutter.device_name }}"
 NBYTES = 1 << 16
 PAGEABLE = "pageable host memory"
 SEPARATE = "separate device address"
+UNMAPPED = "without the mapped flag"
+#: The emulator's flag mapping a registration for kernels (cudaHostRegisterMapped's).
+MAPPED = 0x02
 
 
 def copy_kernel(native: Any, dest: int, src: int, nbytes: int) -> None:
@@ -67,8 +74,8 @@ class TestSampleKernels(ConformanceTests):
         """Allocated pinned or registered, a range is read by a kernel at the address
         ``host_device_pointer`` (cudaHostGetDevicePointer) gives: its host address where
         the device maps it there, a separate one otherwise."""
-        allocated, registered = host_bytes(1).pin_memory(), host_bytes(2)
-        assert device.host_register(registered.data_ptr(), NBYTES)
+        allocated, registered = host_bytes(1).pin_memory(), page_aligned(NBYTES, 2)
+        assert device.host_register(registered.data_ptr(), NBYTES, MAPPED)
         try:
             for memory in (allocated, registered):
                 address = device.host_device_pointer(memory.data_ptr() + 16)
@@ -84,12 +91,15 @@ class TestSampleKernels(ConformanceTests):
     def test_a_kernel_given_host_memory_its_device_cannot_reach_fails_its_stream(
         self, native: Any, device: Any
     ) -> None:
-        """Pageable memory fails a kernel's stream on every runtime; so does the host
-        address of pinned memory where the device maps it elsewhere, and an access past
-        the end of a mapped range."""
+        """Pageable memory fails a kernel's stream on every runtime, and so does memory
+        registered without the mapped flag; so do the host address of pinned memory
+        where the device maps it elsewhere, and an access past a mapped range's end."""
         pageable, pinned = host_bytes(3), host_bytes(4).pin_memory()
+        unmapped = page_aligned(NBYTES, 5)
+        assert device.host_register(unmapped.data_ptr(), NBYTES)
         alias = device.host_device_pointer(pinned.data_ptr())
         cases = [(pageable.data_ptr(), NBYTES, PAGEABLE)]
+        cases += [(unmapped.data_ptr(), NBYTES, UNMAPPED)]
         if not device.host_memory_mapped_at_same_address:
             cases += [
                 (pinned.data_ptr(), NBYTES, SEPARATE),
@@ -101,6 +111,7 @@ class TestSampleKernels(ConformanceTests):
             with pytest.raises(RuntimeError, match=reason):
                 device.synchronize()
             device.inject_faults()
+        assert device.host_unregister(unmapped.data_ptr())
         assert int(target.count_nonzero()) == 0
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 import importlib
+import mmap
 import sys
 
 # Third Party
@@ -46,6 +47,7 @@ from lmcache_device_kit.conformance.support import (
     KV_LAYOUTS,
     context_transfer,
     gather_to_cpu,
+    page_aligned,
     same_bytes,
     seeded_kv,
 )
@@ -68,6 +70,14 @@ def device_type() -> str:
 
 def host_bytes(fill: int) -> torch.Tensor:
     return torch.full((NBYTES,), fill, dtype=torch.uint8)
+
+
+def device_ops() -> Any:
+    """The ops LMCache resolves for the device (the plugin's, natives bound)."""
+    # First Party
+    from lmcache.v1.platform import resolve_device_ops
+
+    return resolve_device_ops(device_type())
 
 
 def transfer_direction() -> Any:
@@ -95,17 +105,14 @@ class BaseHostMemoryTests(ConformanceTests):
         backend (in two registrations, as LMCache's lazy L1) run the copy kernel at the
         address the registration maps; pageable memory never reaches the kernel: it is
         copied before the call returns."""
-        # First Party
-        from lmcache.v1.platform import resolve_device_ops
-
         TransferDirection = transfer_direction()
 
         half = NBYTES // 2
-        registered, pageable = host_bytes(5), host_bytes(6)
+        registered, pageable = page_aligned(NBYTES, 5), host_bytes(6)
         pins = lmcache_driven.pin_memory_backend()
         halves = [registered.data_ptr(), registered.data_ptr() + half]
         assert all(pins.pin_memory(address, half) for address in halves)
-        ops, key = resolve_device_ops(device_type()), "lmcache_memcpy_async:native"
+        ops, key = device_ops(), "lmcache_memcpy_async:native"
         on_device = torch.zeros(NBYTES, dtype=torch.uint8, device=device_type())
         h2d, d2h = TransferDirection.H2D, TransferDirection.D2H
         try:
@@ -136,6 +143,29 @@ class BaseHostMemoryTests(ConformanceTests):
             assert same_bytes(registered, pageable)
         finally:
             assert all(pins.unpin_memory(address) for address in halves)
+
+    @pytest.mark.parametrize("flags", [0, 2], ids=["as-the-shm-pool", "as-lazy-l1"])
+    def test_a_range_pinned_with_any_flags_lmcache_passes_is_mapped_for_the_kernels(
+        self, native: Any, device: Any, lmcache_driven: Any, flags: int
+    ) -> None:
+        """LMCache's lazy L1 pins with cudaHostRegisterMapped (``flags=2``), its SHM
+        pool with none, and the kernels read both: every registration asks the runtime
+        for the mapping (a range pinned without it reaches copies, not kernels)."""
+        ops, key = device_ops(), "lmcache_memcpy_async:native"
+        memory, pins = page_aligned(NBYTES, 9), lmcache_driven.pin_memory_backend()
+        assert pins.pin_memory(memory.data_ptr(), NBYTES, flags) is True
+        on_device = torch.zeros(NBYTES, dtype=torch.uint8, device=device_type())
+        try:
+            before = paths_taken(native)[key]
+            h2d = transfer_direction().H2D
+            ops.lmcache_memcpy_async(
+                on_device.data_ptr(), memory.data_ptr(), NBYTES, h2d, 0, NBYTES
+            )
+            device.synchronize()
+            assert same_bytes(on_device, memory)
+            assert paths_taken(native)[key] == before + 1
+        finally:
+            assert pins.unpin_memory(memory.data_ptr()) is True
 
     @pytest.mark.parametrize("chunks", ["pinned", "pageable"])
     def test_engine_driven_kernels_read_pinned_chunks_and_pageable_ones_as_pinned_copies(  # noqa: E501
@@ -219,8 +249,13 @@ class BaseHostMemoryTests(ConformanceTests):
         context = create_cache_context(wrap_kv_caches(kv), 2 * BS, hints)
         ids = torch.tensor(BLOCK_IDS, dtype=torch.long, device=context.device)
         pins = lmcache_driven.pin_memory_backend()
-        chunks = [torch.zeros_like(e) for e in expected]
-        nbytes = chunks[0].numel() * chunks[0].element_size()
+        nbytes = expected[0].numel() * expected[0].element_size()
+        stride = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE  # a page each, as L1's
+        memory = page_aligned(stride * len(expected))
+        chunks = [
+            memory[i * stride : i * stride + nbytes].view(e.dtype).view(e.shape)
+            for i, e in enumerate(expected)
+        ]
         assert all(pins.pin_memory(c.data_ptr(), nbytes) for c in chunks)
 
         def gather(addresses: list[int]) -> None:

@@ -288,8 +288,8 @@ class BaseLMCacheDrivenTests(ConformanceTests):
     def test_an_unaligned_range_pins_and_unpins_and_only_pinned_ranges_unpin(
         self, lmcache_driven: Any
     ) -> None:
-        """Any start and size round-trip (LMCache pins SHM pools at arbitrary
-        offsets); unknown addresses do not unpin."""
+        """Any start and size round-trip, registered as the whole pages runtimes want
+        (aclrtHostRegister, the emulator); unknown addresses do not unpin."""
         if not lmcache_driven.is_pin_supported:
             pytest.skip(f"{type(lmcache_driven).__name__} does not support pinning")
         host = torch.empty(1 << 16, dtype=torch.uint8)

@@ -26,6 +26,7 @@ from lmcache_device_kit.conformance.base import ConformanceTests
 from lmcache_device_kit.conformance.ops_parity import device_ops
 from lmcache_device_kit.conformance.support import (
     baseline_loaded_cuda_runtime,
+    page_aligned,
     same_bytes,
 )
 
@@ -93,7 +94,7 @@ class BaseOpsPointerTests(ConformanceTests):
             kit_backend.current().device_type
         )
         allocated = torch.full((2 * nbytes,), 1, dtype=torch.uint8).pin_memory()
-        registered = torch.full((2 * nbytes,), 2, dtype=torch.uint8)
+        registered = page_aligned(2 * nbytes, 2)
         pins = lmcache_driven.pin_memory_backend()
         halves = [registered.data_ptr(), registered.data_ptr() + nbytes]
         assert all(pins.pin_memory(address, nbytes) for address in halves)

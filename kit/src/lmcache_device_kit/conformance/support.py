@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 import importlib
+import mmap
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,15 @@ def seeded_kv(
         f"layer.{i}": torch.randn(shape, generator=generator).to(dtype).to(device)
         for i in range(layers)
     }
+
+
+def page_aligned(nbytes: int, fill: int = 0) -> torch.Tensor:
+    """``nbytes`` of host memory starting on a page (uint8, ``fill``), as LMCache's L1
+    and SHM pools lie: ranges in it that start on pages are pinned without sharing a
+    page (a registration is whole pages, and one page is registered once)."""
+    pages = -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE
+    memory = torch.frombuffer(mmap.mmap(-1, pages), dtype=torch.uint8)
+    return memory[:nbytes].fill_(fill)
 
 
 def same_bytes(a: Any, b: Any) -> bool:

@@ -39,8 +39,8 @@ DEVICE_COUNT_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_DEVICES"
 LATENCY_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_LATENCY_US"
 #: Faults to inject from the load on, comma-separated: ``oom`` (device allocations of 64
 #: KiB and more fail), ``ipc_open`` (opening an IPC memory handle fails),
-#: ``host_register`` (registering host memory refuses ranges not page-aligned or over 1
-#: GiB), ``device_lost`` (the next copy of 64 KiB or more, or the next kernel, loses its
+#: ``host_register`` (host registration is refused: the locked-memory limit reached),
+#: ``device_lost`` (the next copy of 64 KiB or more, or the next kernel, loses its
 #: device halfway: every later call on it fails, and events recorded on it fail in every
 #: process). ``inject_faults()`` changes them.
 FAULTS_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_FAULTS"
@@ -258,7 +258,7 @@ def _install() -> types.ModuleType:
         "ipc_close_handle": ipc_close_handle,
         "pointer_device": pointer_device,
         "kernel_address_translator": lambda: int(_ext.kernel_address_translator()),
-        "host_register": lambda ptr, size: bool(_ext.host_register(ptr, size)),
+        "host_register": lambda *args: bool(_ext.host_register(*args)),
         "host_unregister": lambda ptr: bool(_ext.host_unregister(ptr)),
         "host_is_pinned": lambda ptr, size: bool(_ext.host_is_pinned(ptr, size)),
         "host_device_pointer": lambda ptr: int(_ext.host_device_pointer(ptr)),

@@ -7,9 +7,9 @@ registrations; here the plugin's backend registers real host memory with the
 device runtime, which says what is registered (``host_is_pinned``).
 
 Departures (each also in README.md beside this module):
-- Page widening (``register_calls == [(2 * PAGE, 2 * PAGE, 0)]``) is dropped:
-  AscendCL registers whole pages only; this runtime registers the exact range, which
-  is what is asserted (the range is registered, and released by its own pointer).
+- Page widening (``register_calls == [(2 * PAGE, 2 * PAGE, 0)]``) is observed through
+  what the runtime says is pinned (``host_is_pinned``): exactly those two pages, in
+  host memory starting on a page, until the pointer pinned is unpinned.
 - Unpinning a pointer never pinned: NPU's bookkeeping answers True, LMCache's CUDA
   backend answers False (cudaHostUnregister fails); the plugin answers as CUDA does.
   Kept: nothing else is unregistered (the pinned range stays pinned).
@@ -42,6 +42,7 @@ from lmcache_device_kit.conformance.ports.common import (
     plugin_class,
     runtime_name,
 )
+from lmcache_device_kit.conformance.support import page_aligned
 
 PAGE = os.sysconf("SC_PAGESIZE")
 
@@ -55,8 +56,8 @@ class BaseNpuPinMemoryTests(PortTests):
 
     @pytest.fixture
     def host(self) -> Iterator[int]:
-        """Host memory (four pages and a bit) for the test to pin."""
-        buffer = torch.empty(4 * PAGE + 1, dtype=torch.uint8)
+        """Host memory (five pages, the first at ``host``) for the test to pin."""
+        buffer = page_aligned(5 * PAGE)
         yield buffer.data_ptr()
         del buffer
 
@@ -66,16 +67,18 @@ class BaseNpuPinMemoryTests(PortTests):
         backend = lmcache_driven.pin_memory_backend
         assert backend is plugin_class("pin_memory", "PinMemoryBackend")
 
-    def test_pin_registers_the_region_and_unpin_releases_it_by_its_pointer(
+    def test_pin_widens_region_to_whole_pages_and_unpin_uses_base(
         self, emulator: Any, host: int
     ) -> None:
         backend = new_backend()
-        ptr, size = host + 0xABC, PAGE
+        ptr, size = host + 2 * PAGE + 0xABC, PAGE
         assert backend.pin_memory(ptr, size) is True
-        assert emulator.host_is_pinned(ptr, size)
+        assert emulator.host_is_pinned(host + 2 * PAGE, 2 * PAGE)
+        assert not emulator.host_is_pinned(host + PAGE, 2 * PAGE)
+        assert not emulator.host_is_pinned(host + 3 * PAGE, 2 * PAGE)
 
         assert backend.unpin_memory(ptr) is True
-        assert not emulator.host_is_pinned(ptr, size)
+        assert not emulator.host_is_pinned(host + 2 * PAGE, PAGE)
 
     def test_unpin_of_a_never_pinned_pointer_unregisters_nothing(
         self, emulator: Any, host: int
@@ -92,11 +95,8 @@ class BaseNpuPinMemoryTests(PortTests):
     ) -> None:
         """A refused registration is not reported as success."""
         backend = new_backend()
-        # The fault refuses ranges that are not page-aligned; torch aligns ``host`` to
-        # 64 bytes only, so it may start a page (now and then it did); ``host + 1``
-        # never does.
         unaligned = host + 1
-        emulator.inject_faults("host_register")
+        emulator.inject_faults("host_register")  # it refuses every registration
         try:
             assert backend.pin_memory(unaligned, PAGE) is False
         finally:

@@ -104,7 +104,7 @@ void attribute_faults();  // a host access to device addresses names the memory
 extern std::atomic<bool> g_fault_host_register;
 c10::Allocator* pinned_allocator();
 bool is_pinned_allocation(const void* ptr);
-bool host_register(int64_t ptr, int64_t size);
+bool host_register(int64_t ptr, int64_t size, int64_t flags);
 bool host_unregister(int64_t ptr);
 // Whether [ptr, ptr + size) is pinned: registered or from the pinned allocator
 // (cudaPointerGetAttributes says cudaMemoryTypeHost for both).

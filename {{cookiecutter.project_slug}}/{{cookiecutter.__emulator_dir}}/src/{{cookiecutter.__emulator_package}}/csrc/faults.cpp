@@ -9,8 +9,8 @@
 // wrong byte stored).
 //   * oom: device allocations of kShareableBytes and more fail (memory.cpp);
 //   * ipc_open: opening an IPC memory handle fails (memory.cpp);
-//   * host_register: registering (pinning) host memory refuses ranges not
-//     page-aligned or larger than 1 GiB, as some runtimes do;
+//   * host_register: registering (pinning) host memory is refused, as when the
+//     runtime's locked-memory limit is reached (RLIMIT_MEMLOCK);
 //   * device_lost: the next copy of kShareableBytes or more (a KV transfer,
 //     not a pointer table), or the next kernel, loses its device: the copy
 //     stops halfway, the kernel never runs.  From then on every call on that

@@ -16,7 +16,13 @@
 // registration gets a device alias, a reserved address range with no host
 // access rights, and host_device_pointer (cudaHostGetDevicePointer) gives it;
 // set_host_aliases(false) makes it the first kind.  In both, a kernel given
-// pageable host memory fails its stream: no device can read it later.
+// pageable host memory fails its stream: no device can read it later, and so
+// does one given a registration made without kHostRegisterMapped (CUDA's
+// cudaHostRegisterMapped, 0x02, which LMCache's lazy allocator passes): it is
+// pinned for copies but not mapped for kernels.
+// Registrations follow the strictest runtime's rules: whole pages only (as
+// aclrtHostRegister wants; LMCache's NPU pin backend widens its ranges so),
+// and never over another registration (cudaErrorHostMemoryAlreadyRegistered).
 // Nothing here allocates device memory or runs streams.
 
 #include <c10/core/Allocator.h>
@@ -42,13 +48,15 @@ namespace {
 struct Pinned {
   size_t size;
   uintptr_t alias;  // its device address when host memory is aliased, else 0
+  bool mapped;      // whether kernels reach it (allocations always)
 };
 std::atomic<bool> g_aliases{true};
 std::mutex g_host_mutex;                   // guards the three maps
 std::map<uintptr_t, Pinned> g_allocated;   // pinned allocations
 std::map<uintptr_t, Pinned> g_registered;  // host ranges registered (pinned)
 std::map<uintptr_t, std::pair<uintptr_t, size_t>> g_alias_of;  // alias -> host
-constexpr size_t kMaxRegisterBytes = size_t(1) << 30;
+constexpr int64_t kHostRegisterMapped = 0x02;  // cudaHostRegisterMapped
+constexpr int64_t kHostRegisterFlags = 0x0f;   // portable, mapped, io, read-only
 
 // The range of `ranges` holding [begin, end), or end(): caller holds the lock.
 std::map<uintptr_t, Pinned>::const_iterator holding(
@@ -99,7 +107,8 @@ struct PinnedAllocator final : c10::Allocator {
     if (ptr) {
       const auto address = reinterpret_cast<uintptr_t>(ptr);
       std::lock_guard<std::mutex> lock(g_host_mutex);
-      g_allocated.emplace(address, Pinned{nbytes, new_alias(address, nbytes)});
+      g_allocated.emplace(address,
+                          Pinned{nbytes, new_alias(address, nbytes), true});
     }
     return {ptr, ptr, &free_pinned_memory, c10::Device(c10::DeviceType::CPU)};
   }
@@ -122,23 +131,29 @@ bool is_pinned_allocation(const void* ptr) {
   return g_allocated.count(reinterpret_cast<uintptr_t>(ptr)) != 0;
 }
 
-// Register (pin) host memory for fast asynchronous copies (cudaHostRegister).
-// NULL and empty ranges are refused; with the host_register fault, so are
-// ranges not page-aligned or larger than 1 GiB.
-bool host_register(int64_t ptr, int64_t size) {
+// Register (pin) host memory for fast asynchronous copies (cudaHostRegister,
+// aclrtHostRegister); with kHostRegisterMapped kernels reach it too.  Refused
+// (false): NULL, empty, not whole pages, unknown flags, a range overlapping a
+// registration, and everything under the host_register fault.
+bool host_register(int64_t ptr, int64_t size, int64_t flags) {
   check_context("host_register");
-  if (ptr <= 0 || size <= 0) return false;
   const auto page = static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-  if (g_fault_host_register &&
-      (ptr % page || size % page ||
-       static_cast<size_t>(size) > kMaxRegisterBytes)) {
+  if (ptr <= 0 || size <= 0 || ptr % page || size % page ||
+      (flags & ~kHostRegisterFlags) || g_fault_host_register) {
     return false;
   }
   const auto host = static_cast<uintptr_t>(ptr);
-  std::lock_guard<std::mutex> lock(g_host_mutex);
-  if (g_registered.count(host)) return false;
   const auto bytes = static_cast<size_t>(size);
-  g_registered.emplace(host, Pinned{bytes, new_alias(host, bytes)});
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  auto next = g_registered.lower_bound(host);
+  if (next != g_registered.end() && next->first < host + bytes) return false;
+  if (next != g_registered.begin() &&
+      std::prev(next)->first + std::prev(next)->second.size > host) {
+    return false;
+  }
+  const bool mapped = flags & kHostRegisterMapped;
+  g_registered.emplace(
+      host, Pinned{bytes, mapped ? new_alias(host, bytes) : 0, mapped});
   return true;
 }
 
@@ -173,15 +188,31 @@ bool is_pinned_host(const at::Tensor& t) {
                         static_cast<int64_t>(t.nbytes()));
 }
 
+// Whether host memory [begin, begin + nbytes) is pinned but registered without
+// kHostRegisterMapped: copies reach it, kernels do not.
+static bool host_is_unmapped(uintptr_t begin, int64_t nbytes) {
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  auto range = holding(g_registered, begin, begin + static_cast<size_t>(nbytes));
+  return range != g_registered.end() && !range->second.mapped;
+}
+
+constexpr const char* kUnmapped =
+    " is registered without the mapped flag (0x02, cudaHostRegisterMapped; "
+    "Ascend's only type, ACL_HOST_REGISTER_MAPPED): copies reach it, kernels "
+    "do not. Register it with that flag.";
+
 // The device address of pinned host memory at `ptr`
 // (cudaHostGetDevicePointer): ptr itself without aliases, else the alias of
-// the allocation or registration holding it.  Pageable memory has none.
+// the allocation or registration holding it.  Pageable memory has none, and
+// neither has a registration without kHostRegisterMapped.
 int64_t host_device_pointer(int64_t ptr) {
   const auto host = static_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(g_host_mutex);
   for (const auto* ranges : {&g_allocated, &g_registered}) {
     auto range = holding(*ranges, host, host + 1);
     if (range == ranges->end()) continue;
+    TORCH_CHECK(range->second.mapped, "0x", std::hex, host, std::dec,
+                kUnmapped);
     const uintptr_t alias = range->second.alias;
     return static_cast<int64_t>(alias ? alias + (host - range->first) : host);
   }
@@ -222,6 +253,8 @@ void* host_kernel_address(uintptr_t address, int64_t offset, int64_t nbytes) {
               " bytes) of pageable host memory: no device can read it "
               "from a kernel that runs later. Pin (register) it, or copy it "
               "synchronously instead of launching a kernel on it.");
+  TORCH_CHECK(!host_is_unmapped(begin, nbytes), "a kernel was given 0x",
+              std::hex, begin, std::dec, ", which", kUnmapped);
   TORCH_CHECK(!g_aliases, "a kernel was given host address 0x", std::hex, begin,
               std::dec,
               " of pinned host memory, but this runtime maps "
@@ -236,8 +269,10 @@ void* host_kernel_address(uintptr_t address, int64_t offset, int64_t nbytes) {
 
 void bind_host_memory(pybind11::module& m) {
   using namespace emulator;
-  m.def("host_register", &host_register,
-        "Register (pin) a host range: False if the runtime refuses it.");
+  m.def("host_register", &host_register, pybind11::arg("ptr"),
+        pybind11::arg("size"), pybind11::arg("flags") = 0,
+        "Register (pin) whole pages of host memory (flags: 0x02 maps them for "
+        "kernels): False if the runtime refuses it.");
   m.def("host_unregister", &host_unregister,
         "Unregister a host range registered by host_register.");
   m.def("host_is_pinned", &host_is_pinned,
