@@ -106,6 +106,8 @@ STEPS: tuple[Step, ...] = (
         "pin host memory, or declare none",
         (
             "pin_memory.py:PINS_HOST_MEMORY",
+            "pin_memory.py:HOST_REGISTER_MAPPED",
+            "pin_memory.py:PAGE_SIZE",
             "pin_memory.py:_device_reads_host_memory",
             "pin_memory.py:host_range_is_pinned",
             "pin_memory.py:{prefix}PinMemoryBackend.pin_memory",

@@ -56,7 +56,7 @@ std::map<uintptr_t, Pinned> g_allocated;   // pinned allocations
 std::map<uintptr_t, Pinned> g_registered;  // host ranges registered (pinned)
 std::map<uintptr_t, std::pair<uintptr_t, size_t>> g_alias_of;  // alias -> host
 constexpr int64_t kHostRegisterMapped = 0x02;  // cudaHostRegisterMapped
-constexpr int64_t kHostRegisterFlags = 0x0f;   // portable, mapped, io, read-only
+constexpr int64_t kHostRegisterFlags = 0x0f;  // portable, mapped, io, read-only
 
 // The range of `ranges` holding [begin, end), or end(): caller holds the lock.
 std::map<uintptr_t, Pinned>::const_iterator holding(
@@ -192,7 +192,8 @@ bool is_pinned_host(const at::Tensor& t) {
 // kHostRegisterMapped: copies reach it, kernels do not.
 static bool host_is_unmapped(uintptr_t begin, int64_t nbytes) {
   std::lock_guard<std::mutex> lock(g_host_mutex);
-  auto range = holding(g_registered, begin, begin + static_cast<size_t>(nbytes));
+  auto range =
+      holding(g_registered, begin, begin + static_cast<size_t>(nbytes));
   return range != g_registered.end() && !range->second.mapped;
 }
 
