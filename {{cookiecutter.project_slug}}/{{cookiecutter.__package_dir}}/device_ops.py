@@ -52,6 +52,7 @@ from ._lmcache_compat import (
     EngineKVFormat,
     PageBufferShapeDesc,
     TransferDirection,
+    as_baseline_bytes,
 {%- if cookiecutter.lmcache_driven != 'no' %}
     check_host_pinned,
 {%- endif %}
@@ -266,6 +267,7 @@ class {{ cookiecutter.class_prefix }}DeviceOps(DeviceOps):
                 self.tensor_from_ptr,
             )
 {%- endif %}
+        paged, objects, shape_desc = as_baseline_bytes(paged, objects, shape_desc)
         torch_ops.multi_layer_block_kv_transfer(
             paged,
             objects,

@@ -57,6 +57,7 @@ except Exception:  # noqa: BLE001, S110
 # Local
 from .ops_support import (
     OpsSupport,
+    as_baseline_bytes,
     check_one_layer_layout,
     contiguous_strides,
     host_pieces,
@@ -76,6 +77,7 @@ __all__ = [
     "DeviceSpec",
     "OpsSupport",
     "PortableDeviceSpec",
+    "as_baseline_bytes",
     "auto_transfer_mode",
     "check_one_layer_layout",
     "contiguous_strides",

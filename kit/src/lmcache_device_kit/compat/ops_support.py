@@ -21,7 +21,7 @@ from __future__ import annotations
 
 # Standard
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 import importlib
 import logging
@@ -59,6 +59,47 @@ def host_pieces(nbytes: int, offset: int, alignment: int) -> list[tuple[int, int
         pieces.append((start, size))
         start += size
     return pieces
+
+
+def as_baseline_bytes(paged: Any, objects: Any, shape_desc: Any) -> tuple[Any, ...]:
+    """The torch baseline's operands, with fp8 KV caches as the bytes they are.
+
+    The baseline (``torch_ops.multi_layer_block_kv_transfer``) copies with
+    ``index_copy``, which torch lacks for fp8 (on the CPU, and on other devices): an
+    fp8 cache in a format no kernel of the plugin takes would fail there. A copy moves
+    bytes, never values, so fp8 tensors go as uint8 views and ``shape_desc`` as a copy
+    that says uint8. Anything else is returned as it is.
+    """
+    # Third Party
+    import torch
+
+    dtype = getattr(shape_desc, "dtype", None)
+    if dtype is None:
+        dtype = next((t.dtype for t in _tensors(paged, objects)), None)
+    if dtype is None or dtype.itemsize != 1 or not dtype.is_floating_point:
+        return paged, objects, shape_desc
+    as_bytes = type(shape_desc)()
+    for name in [n for n in dir(shape_desc) if not n.startswith("_")]:
+        setattr(as_bytes, name, getattr(shape_desc, name))
+    as_bytes.element_size, as_bytes.dtype = 1, torch.uint8
+
+    def raw(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.view(torch.uint8)
+        if isinstance(value, list | tuple):
+            return type(value)(raw(v) for v in value)
+        return value
+
+    return raw(paged), raw(objects), as_bytes
+
+
+def _tensors(*values: Any) -> Iterator[Any]:
+    """The tensors in ``values``, nested lists and tuples included, in order."""
+    for value in values:
+        if isinstance(value, list | tuple):
+            yield from _tensors(*value)
+        elif hasattr(value, "dtype") and hasattr(value, "view"):
+            yield value
 
 
 def check_one_layer_layout(paged: object) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 # Standard
 from collections.abc import Callable, Iterator
+from pathlib import Path
 import itertools
 
 # Third Party
@@ -32,7 +33,7 @@ from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.base import ConformanceTests
 from lmcache_device_kit.harness.engine import Cluster
 from lmcache_device_kit.harness.servers import CHUNK, LMCacheServer
-from lmcache_device_kit.harness.worker_kv import token_ids
+from lmcache_device_kit.harness.worker_kv import ONE_BYTE_KV_DTYPES, token_ids
 
 TOKENS = 4 * CHUNK
 #: The shared server of each sub-path, and the transports LMCache's worker may take
@@ -116,6 +117,30 @@ class BaseE2EEngineDrivenTests(ConformanceTests):
         assert server.l1_status()["read_locked_count"] == 0, (
             "each retrieve must consume its lookup's read lock"
         )
+
+    @pytest.mark.parametrize("dtype", ONE_BYTE_KV_DTYPES)
+    @pytest.mark.parametrize("server", ["engine-shm"], indirect=True)
+    def test_fp8_int8_and_uint8_caches_round_trip_byte_exact_through_the_shm_pool(
+        self, server: LMCacheServer, tmp_path: Path, dtype: str
+    ) -> None:
+        """One-byte KV caches (fp8 e4m3 and e5m2, int8, uint8), every bit pattern in
+        them (fp8 NaNs too), gathered into the server's pool and scattered back by
+        this plugin's ops: the same bytes."""
+        model = f"e2e-{dtype}-{next(_ids)}"
+        rank = Cluster(
+            server, tmp_path, model=model, world_size=1, tokens=TOKENS,
+            worker_args=["--dtype", dtype],
+        )  # fmt: skip
+        try:
+            assert rank.stored[0]["ok"], rank.stored[0]["log"][-3000:]
+            assert rank.scheduler.lookup(model, token_ids(TOKENS)) == TOKENS
+            retrieved = rank.retrieve(model)
+            rank.scheduler.end_session(model)
+            assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)], (
+                retrieved[0]["log"][-3000:]
+            )
+        finally:
+            assert rank.close() == [0], "the rank must unregister and exit cleanly"
 
     @pytest.mark.parametrize("world_size", [1], ids=["tp1"], scope="class")
     @pytest.mark.parametrize("server", list(SUB_PATHS), indirect=True)

@@ -40,7 +40,7 @@ from lmcache_device_kit.harness.servers import (
     new_shm_entries,
     shm_entries,
 )
-from lmcache_device_kit.harness.worker_kv import token_ids
+from lmcache_device_kit.harness.worker_kv import ONE_BYTE_KV_DTYPES, token_ids
 
 TOKENS = 4 * CHUNK
 #: The shared servers running the backend: LMCache-driven only, and ``auto`` (both
@@ -60,6 +60,43 @@ def worker_mode(server: LMCacheServer, spec: Any) -> str:
     ):
         return "auto"
     return "lmcache_driven"
+
+
+def one_rank_round_trip(
+    server: LMCacheServer, spec: Any, log_dir: Path, name: str, **cluster: Any
+) -> None:
+    """One LMCache-driven rank of a model of its own (``cluster``: ``Cluster``'s
+    ``layout`` and ``worker_args``) stores, and retrieves the same bytes; the server
+    took no slow path meanwhile."""
+    logged = len(server.log())
+    model = f"ld-{name}-{next(_ids)}"
+    ranks = Cluster(
+        server,
+        log_dir,
+        model=model,
+        world_size=1,
+        tokens=TOKENS,
+        mode=worker_mode(server, spec),
+        **cluster,
+    )
+    try:
+        stored = ranks.stored[0]
+        assert (
+            stored["ok"]
+            and stored["transfer_context"] == "LMCacheDrivenTransferContext"
+        ), stored["log"][-3000:]
+        request_id, hit = ranks.scheduler.lookup_until(model, token_ids(TOKENS), TOKENS)
+        assert hit == TOKENS, "the store was acknowledged but never committed"
+        retrieved = ranks.retrieve(request_id)
+        ranks.scheduler.end_session(request_id)
+        assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)], (
+            retrieved[0]["log"][-3000:]
+        )
+    finally:
+        assert ranks.close() == [0], "the rank must unregister and exit cleanly"
+    mark = kit_backend.current().slow_path_mark
+    slow = [x for x in server.log()[logged:].splitlines() if mark in x]
+    assert not slow, f"the server took a slow path: {slow}"
 
 
 def cache_context_class() -> str:
@@ -194,37 +231,21 @@ class BaseE2ELMCacheDrivenTests(ConformanceTests):
             pytest.skip(
                 "this lmcache wraps only tensors: plane tuples arrive with 0.5.6"
             )
-        logged = len(server.log())
-        ranks = Cluster(
-            server,
-            tmp_path,
-            model=f"ld-{layout}-{memory}-{next(_ids)}",
-            world_size=1,
-            tokens=TOKENS,
-            mode=worker_mode(server, spec),
-            layout=layout,
-            worker_args=["--memory", memory],
+        name, worker_args = f"{layout}-{memory}", ["--memory", memory]
+        one_rank_round_trip(
+            server, spec, tmp_path, name, layout=layout, worker_args=worker_args
         )
-        try:
-            stored = ranks.stored[0]
-            assert (
-                stored["ok"]
-                and stored["transfer_context"] == "LMCacheDrivenTransferContext"
-            ), stored["log"][-3000:]
-            request_id, hit = ranks.scheduler.lookup_until(
-                f"{layout}-{memory}-{next(_ids)}", token_ids(TOKENS), TOKENS
-            )
-            assert hit == TOKENS, "the store was acknowledged but never committed"
-            retrieved = ranks.retrieve(request_id)
-            ranks.scheduler.end_session(request_id)
-            assert [(r["ok"], r["bytes_match"]) for r in retrieved] == [(True, True)], (
-                retrieved[0]["log"][-3000:]
-            )
-        finally:
-            assert ranks.close() == [0], "the rank must unregister and exit cleanly"
-        mark = kit_backend.current().slow_path_mark
-        slow = [x for x in server.log()[logged:].splitlines() if mark in x]
-        assert not slow, f"the server took a slow path: {slow}"
+
+    @pytest.mark.parametrize("dtype", ONE_BYTE_KV_DTYPES)
+    @pytest.mark.parametrize("server", ["lmcache-driven"], indirect=True)
+    def test_fp8_int8_and_uint8_caches_round_trip_byte_exact_through_the_server(
+        self, server: LMCacheServer, spec: Any, tmp_path: Path, dtype: str
+    ) -> None:
+        """One-byte KV caches (fp8 e4m3 and e5m2, int8, uint8), every bit pattern in
+        them (fp8 NaNs too), stored and retrieved by the server through this plugin:
+        the same bytes, no slow path."""
+        worker_args = ["--dtype", dtype]
+        one_rank_round_trip(server, spec, tmp_path, dtype, worker_args=worker_args)
 
     @pytest.mark.parametrize("server", SERVER_KINDS, indirect=True)
     def test_a_killed_worker_leaves_nothing_in_dev_shm(

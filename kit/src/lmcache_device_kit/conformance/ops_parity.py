@@ -32,6 +32,7 @@ from lmcache_device_kit.conformance.support import (
     same_bytes,
     seeded_kv,
 )
+from lmcache_device_kit.harness.worker_kv import KV_DTYPES
 
 BLOCKS_PER_CHUNK = 2
 LAYOUTS = KV_LAYOUTS
@@ -89,9 +90,7 @@ class BaseOpsParityTests(ConformanceTests):
         device = torch.device(kit_backend.current().device_type, 0)
         assert facade.stream_handle(device, stream) == spec.get_stream_handle(stream)
 
-    @pytest.mark.parametrize(
-        "dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"]
-    )
+    @pytest.mark.parametrize("dtype", list(KV_DTYPES.values()), ids=list(KV_DTYPES))
     @pytest.mark.parametrize("layout", list(LAYOUTS))
     def test_gather_d2h_matches_the_cpu_baseline(
         self, layout: str, dtype: torch.dtype

@@ -31,7 +31,7 @@ import torch
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.harness import spawn
 from lmcache_device_kit.harness.spawn import child_env
-from lmcache_device_kit.harness.worker_kv import planes_of
+from lmcache_device_kit.harness.worker_kv import planes_of, random_values
 
 #: The entry-point group LMCache discovers plugins in.
 ENTRY_POINT_GROUP = "lmcache.device_plugins"
@@ -132,10 +132,11 @@ def seeded_kv(
     layers: int = LAYERS,
     device: str = "cpu",
 ) -> dict[str, torch.Tensor]:
-    """Per-layer KV tensors of random values, a pure function of the arguments."""
+    """Per-layer KV tensors of random values (``worker_kv.random_values``), a pure
+    function of the arguments."""
     generator = torch.Generator().manual_seed(seed)
     return {
-        f"layer.{i}": torch.randn(shape, generator=generator).to(dtype).to(device)
+        f"layer.{i}": random_values(shape, generator, dtype).to(device)
         for i in range(layers)
     }
 

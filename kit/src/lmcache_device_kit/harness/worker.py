@@ -50,11 +50,9 @@ from lmcache_device_kit import backend
 from lmcache_device_kit.harness import lmcache_calls
 from lmcache_device_kit.harness.worker_kv import (
     BLOCK_SIZE,
-    DTYPE,
-    HEAD_SIZE,
-    MEMORY,
-    MLA_HEAD_SIZE,
-    NUM_HEADS,
+    KV_DTYPES,
+    add_kv_arguments,
+    check_kv_arguments,
     compare,
     engine_groups,
     make_adapter,
@@ -91,21 +89,7 @@ def main() -> int:
         default="engine_driven",
         choices=["engine_driven", "lmcache_driven", "auto"],
     )
-    parser.add_argument("--heads", type=int, default=NUM_HEADS)
-    parser.add_argument(
-        "--head-size",
-        type=int,
-        help=f"default {HEAD_SIZE}; {MLA_HEAD_SIZE} with --layout mla",
-    )
-    parser.add_argument(
-        "--layout", default="flash", choices=["flash", "mla", "kv_planes"]
-    )
-    parser.add_argument(
-        "--memory",
-        default="tight",
-        choices=MEMORY,
-        help="how a layer's memory is laid out (worker_kv.MEMORY); one tensor only",
-    )
+    add_kv_arguments(parser)
     parser.add_argument(
         "--first-token", type=int, default=7, help="distinct prompts for repeated runs"
     )
@@ -118,12 +102,9 @@ def main() -> int:
         "LMCache-driven only",
     )
     args = parser.parse_args()
-    if args.layout == "kv_planes" and args.memory != "tight":
-        parser.error("--layout kv_planes registers tight planes only")
+    check_kv_arguments(parser, args)
     args.device = args.device or backend.current().device_type
-    args.head_size = args.head_size or (
-        MLA_HEAD_SIZE if args.layout == "mla" else HEAD_SIZE
-    )
+    dtype = KV_DTYPES[args.dtype]
     # SIGUSR1 (the test's, before it kills a stalled worker): the stacks, in its log.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
@@ -144,9 +125,8 @@ def main() -> int:
         """The KV bytes stored under the prompt starting at ``first_token`` (CPU,
         recomputed on demand)."""
         seed = 1000 + args.rank + 7919 * (first_token - args.first_token)
-        return source_kv(
-            args.layers, num_blocks, seed, args.heads, args.head_size, args.layout
-        )
+        geometry = args.layers, num_blocks, seed, args.heads, args.head_size
+        return source_kv(*geometry, args.layout, dtype)
 
     expected = kv_for(args.first_token)
     # Source worker: seeded KV in blocks [g, g + used_blocks) of engine group g.
@@ -206,7 +186,7 @@ def main() -> int:
     # lookups find this model's layout on the server.
     target = {
         name: on_device(
-            torch.zeros(t.shape, dtype=DTYPE), device, args.layout, args.memory
+            torch.zeros(t.shape, dtype=dtype), device, args.layout, args.memory
         )
         for name, t in expected.items()
     }

@@ -31,6 +31,64 @@ HEAD_SIZE = 32
 #: MLA's latent vector per token (DeepSeek's: 512 compressed KV + 64 rotary).
 MLA_HEAD_SIZE = 576
 DTYPE = torch.float16
+#: The KV-cache dtypes the harness and the conformance tests store, by name
+#: (``worker.py --dtype``): vLLM's fp16 and bf16 caches, its fp8 ones
+#: (``--kv-cache-dtype fp8_e4m3`` / ``fp8_e5m2``) and int8 / uint8 (quantized caches;
+#: some of vLLM's backends keep fp8 in uint8 tensors).
+KV_DTYPES = {
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+}
+#: The one-byte ones: every bit pattern is a value the kernels must move as it is.
+ONE_BYTE_KV_DTYPES = tuple(name for name, t in KV_DTYPES.items() if t.itemsize == 1)
+
+
+def random_values(
+    shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype
+) -> torch.Tensor:
+    """Seeded values of ``dtype``: normal ones for wider types, every bit pattern for
+    one-byte types (fp8 NaNs too: every comparison here is of bytes)."""
+    if dtype.itemsize == 1:
+        byte = torch.uint8
+        return torch.randint(0, 256, shape, generator=generator, dtype=byte).view(dtype)
+    return torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype)
+
+
+def add_kv_arguments(parser: argparse.ArgumentParser) -> None:
+    """``worker.py``'s options for the KV caches a rank registers."""
+    parser.add_argument("--heads", type=int, default=NUM_HEADS)
+    parser.add_argument(
+        "--head-size",
+        type=int,
+        help=f"default {HEAD_SIZE}; {MLA_HEAD_SIZE} with --layout mla",
+    )
+    parser.add_argument(
+        "--layout", default="flash", choices=["flash", "mla", "kv_planes"]
+    )
+    parser.add_argument(
+        "--memory",
+        default="tight",
+        choices=MEMORY,
+        help="how a layer's memory is laid out (MEMORY); one tensor only",
+    )
+    parser.add_argument("--dtype", default="fp16", choices=list(KV_DTYPES))
+
+
+def check_kv_arguments(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> None:
+    """Refuse what ``add_kv_arguments``' options cannot combine; fill the defaults."""
+    if args.layout == "kv_planes" and args.memory != "tight":
+        parser.error("--layout kv_planes registers tight planes only")
+    if args.memory != "tight" and KV_DTYPES[args.dtype] not in (DTYPE, torch.bfloat16):
+        parser.error("--memory other than tight pads with -1: --dtype fp16 or bf16")
+    args.head_size = args.head_size or (
+        MLA_HEAD_SIZE if args.layout == "mla" else HEAD_SIZE
+    )
 
 
 def token_ids(tokens: int, first: int = 7) -> list[int]:
@@ -178,11 +236,12 @@ def source_kv(
     heads: int = NUM_HEADS,
     head_size: int = HEAD_SIZE,
     layout: str = "flash",
+    dtype: torch.dtype = DTYPE,
 ) -> dict[str, torch.Tensor]:
-    """The bytes a rank stores: a pure function of (shape, seed), on the CPU."""
+    """The bytes a rank stores: a pure function of (shape, seed, dtype), on the CPU."""
     generator = torch.Generator().manual_seed(seed)
     return {
-        name: torch.randn(shape, generator=generator, dtype=torch.float32).to(DTYPE)
+        name: random_values(shape, generator, dtype)
         for name, shape in kv_shape(layers, blocks, heads, head_size, layout).items()
     }
 
