@@ -17,6 +17,7 @@ from __future__ import annotations
 # Standard
 from collections import deque
 from contextlib import AbstractContextManager, nullcontext
+import threading
 
 # Third Party
 import torch
@@ -41,6 +42,9 @@ class {{ cookiecutter.class_prefix }}EventIPCBackend(DefaultEventIPCBackend):
             device_type=DEVICE_TYPE,
         )
         self._kept: deque[object] = deque(maxlen=EXPORTED_EVENTS_KEPT)
+        # (a marker recorded after a stream's wait, the event it waits on)
+        self._waits: deque[tuple[object, object]] = deque()
+        self._waits_lock = threading.Lock()
 
     def check_event_support(self, device: object) -> None:
         """Raise RuntimeError unless interprocess events really work on ``device``.
@@ -89,6 +93,21 @@ class {{ cookiecutter.class_prefix }}EventIPCBackend(DefaultEventIPCBackend):
         with self._on(device):
             return super().import_event(handle, device)
 
+    def wait_event(self, event: object, stream: object) -> None:
+        """Queue ``stream``'s wait on ``event``, and hold ``event`` until the stream has
+        passed the wait: a queued wait refers to its event until then, and LMCache
+        drops an imported event when its handler returns (0.5.4, 0.5.5; from 0.5.6
+        it holds imports itself, ``hold_imported_event``).
+        TODO(vendor): nothing, unless your runtime keeps an import alive for its waits.
+        """
+        super().wait_event(event, stream)
+        passed = getattr(torch, TORCH_MODULE_NAME).Event()
+        passed.record(stream)
+        with self._waits_lock:
+            self._waits.append((passed, event))
+            while self._waits and _has_run(self._waits[0][0]):
+                self._waits.popleft()
+
     def _on(self, device: object) -> AbstractContextManager[object]:
         """``device`` made current (LMCache's NPU backend does the same); TODO(vendor):
         your runtime's guard."""
@@ -96,3 +115,12 @@ class {{ cookiecutter.class_prefix }}EventIPCBackend(DefaultEventIPCBackend):
         if index is None:
             return nullcontext()
         return getattr(torch, TORCH_MODULE_NAME).device(index)  # type: ignore[no-any-return]
+
+
+def _has_run(marker: object) -> bool:
+    """Whether the stream has passed ``marker``'s record; a failed stream has (its
+    work will not run, and its waits refer to nothing any more)."""
+    try:
+        return bool(marker.query())  # type: ignore[attr-defined]
+    except RuntimeError:
+        return True

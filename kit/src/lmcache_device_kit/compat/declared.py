@@ -101,6 +101,7 @@ LMCACHE_DRIVEN_CLASSES: dict[str, PluginClass] = {
             ("create_event", None, None),
             ("export_event", None, None),
             ("import_event", None, None),
+            ("wait_event", None, None),
         ),
     ),
     "pin_memory": (

@@ -137,6 +137,23 @@ print("read it", flush=True)
         consumer.synchronize()
         assert torch.equal(target.cpu(), source.cpu())
 
+    def test_an_imported_event_outlives_the_stream_wait_queued_on_it(
+        self, lmcache_driven: Any, runtime: Any
+    ) -> None:
+        """LMCache 0.5.4 and 0.5.5 drop an imported worker event once the handler that
+        queued a stream wait on it returns (0.5.6 holds it): the event backend holds it
+        until the stream has passed the wait, which a runtime may need (the emulator
+        fails the waiting stream otherwise)."""
+        backend = lmcache_driven.event_ipc_backend
+        device = torch.device(kit_backend.current().device_type, 0)
+        producer, waiting = runtime.Stream(0), runtime.Stream(0)
+        event = backend.create_event(device)
+        with held(producer), held(waiting):
+            backend.record_event(event, producer)
+            handle = backend.export_event(event, device)
+            backend.wait_event(backend.import_event(handle, device), waiting)
+        waiting.synchronize()
+
     def test_a_host_function_that_takes_the_gil_is_a_deadlock_a_wait_reports(
         self, runtime: Any
     ) -> None:

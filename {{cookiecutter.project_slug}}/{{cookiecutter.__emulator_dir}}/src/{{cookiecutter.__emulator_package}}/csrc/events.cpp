@@ -13,7 +13,11 @@
 //     makes its handle stale, as on a device, and an exited exporter's events
 //     are complete;
 //   * an event recorded behind a failed task or on a lost device never
-//     completes: waiting on it raises, here and in every importing process.
+//     completes: waiting on it raises, here and in every importing process;
+//   * a stream wait refers to the imported event it waits on until the stream
+//     has run it: destroying the import before then fails that stream, as a
+//     runtime that frees the import's resources at once would (LMCache 0.5.6+
+//     holds imports until then: hold_imported_event).
 // Streams and their workers are in streams.cpp; nothing here allocates memory.
 
 #include "emulator.h"
@@ -32,6 +36,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -65,6 +70,8 @@ struct Event {
       generation;  // the slot's generation this event owns (0: a private slot)
   int64_t index;   // slot index in the exporter's table, or -1
   bool owner;      // frees the slot on destroy
+  // An import's: set when it is destroyed; the waits queued on it read it.
+  std::shared_ptr<std::atomic<bool>> destroyed{};
 };
 
 void check_alive(const Event* event) {
@@ -138,6 +145,7 @@ int64_t event_create(bool interprocess) {
 
 void event_destroy(int64_t handle) {
   auto* event = reinterpret_cast<Event*>(handle);
+  if (event->destroyed) *event->destroyed = true;
   if (event->owner && event->generation != 0) {
     event->slot->generation.fetch_add(1);  // stale for every importer
   } else if (event->owner) {
@@ -189,8 +197,15 @@ void event_block(int64_t handle, Worker* worker) {
   check_alive(event);
   Slot* slot = event->slot;
   const uint64_t target = slot->recorded.load();
-  if (slot->completed.load() < target)
-    enqueue(worker, [slot, target] { wait_for(slot, target); });
+  if (slot->completed.load() >= target) return;
+  enqueue(worker, [slot, target, destroyed = event->destroyed] {
+    TORCH_CHECK(!destroyed || !*destroyed,
+                "an imported event was destroyed before the stream wait queued "
+                "on it ran: keep the import alive until its stream has passed "
+                "the wait (LMCache 0.5.6+ holds it, hold_imported_event; "
+                "before 0.5.6 the plugin's event backend must)");
+    wait_for(slot, target);
+  });
 }
 
 std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> event_ipc_handle(
@@ -240,7 +255,8 @@ int64_t event_open(int64_t pid, int64_t fd, int64_t inode, int64_t index,
               "alive while their handles may be imported (LMCache 0.5.5+ keeps "
               "a ring of them, 0.5.4 none)");
   return reinterpret_cast<int64_t>(
-      new Event{slot, static_cast<uint64_t>(generation), index, false});
+      new Event{slot, static_cast<uint64_t>(generation), index, false,
+                std::make_shared<std::atomic<bool>>(false)});
 }
 
 }  // namespace emulator
