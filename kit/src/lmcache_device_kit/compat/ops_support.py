@@ -68,7 +68,8 @@ def as_baseline_bytes(paged: Any, objects: Any, shape_desc: Any) -> tuple[Any, .
     ``index_copy``, which torch lacks for fp8 (on the CPU, and on other devices): an
     fp8 cache in a format no kernel of the plugin takes would fail there. A copy moves
     bytes, never values, so fp8 tensors go as uint8 views and ``shape_desc`` as a copy
-    that says uint8. Anything else is returned as it is.
+    that says uint8 (pointer tables stay: the baseline views them through it).
+    Anything else is returned as it is.
     """
     # Third Party
     import torch
@@ -83,8 +84,8 @@ def as_baseline_bytes(paged: Any, objects: Any, shape_desc: Any) -> tuple[Any, .
         setattr(as_bytes, name, getattr(shape_desc, name))
     as_bytes.element_size, as_bytes.dtype = 1, torch.uint8
 
-    def raw(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
+    def raw(value: Any) -> Any:  # pointer tables (int64) stay as they are
+        if isinstance(value, torch.Tensor) and value.dtype == dtype:
             return value.view(torch.uint8)
         if isinstance(value, list | tuple):
             return type(value)(raw(v) for v in value)

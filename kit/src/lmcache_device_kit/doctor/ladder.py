@@ -174,6 +174,7 @@ STEPS: tuple[Step, ...] = (
         "share events across processes",
         (
             "event_ipc.py:{prefix}EventIPCBackend.check_event_support",
+            "event_ipc.py:{prefix}EventIPCBackend.wait_event",
             "event_ipc.py:{prefix}EventIPCBackend._on",
         ),
         "{torch}.Event(interprocess=True), event.ipc_handle(), "
