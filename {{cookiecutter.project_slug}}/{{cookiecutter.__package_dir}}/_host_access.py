@@ -13,7 +13,9 @@ they never give one: the kernel gets pinned temporaries and is awaited
 (``staged_kernel``), the copy runs synchronously, or the call is refused with the
 reason.
 The pin backend keeps the device address of each range it registers
-(``keep_device_address``), as a registration returns it.
+(``keep_device_address``), as a registration returns it; another device's address
+is asked for once, with that device current: with TP=2 one LMCache server drives two
+devices from one pinned L1, and each device reaches it at its own address.
 
 Imports only ``names``; never ``native_ops``, ``_native_plan`` or ``pin_memory``
 (which import it).
@@ -35,9 +37,9 @@ import torch
 from .names import TORCH_MODULE_NAME
 
 #: Pinned ranges registered through the pin backend: their sorted host bases, and
-#: per base ``(size, device address)``.
+#: per base ``(size, {device index: the range's address on that device})``.
 _bases: list[int] = []
-_kept: dict[int, tuple[int, int]] = {}
+_kept: dict[int, tuple[int, dict[int, int]]] = {}
 _lock = threading.Lock()
 
 
@@ -67,11 +69,12 @@ def keep_device_address(ptr: int, size: int) -> None:
     """
     if host_memory_mapped_at_same_address():
         return
+    device = int(_runtime().current_device())
     device_address = int(_runtime().host_device_pointer(ptr))
     with _lock:
         if ptr not in _kept:
             bisect.insort(_bases, ptr)
-        _kept[ptr] = (size, device_address)
+        _kept[ptr] = (size, {device: device_address})
 
 
 def forget_device_address(ptr: int) -> None:
@@ -81,29 +84,35 @@ def forget_device_address(ptr: int) -> None:
             del _bases[bisect.bisect_left(_bases, ptr)]
 
 
-def kernel_host_address(ptr: int, nbytes: int) -> int | None:
-    """The address at which a kernel reaches host memory ``[ptr, ptr + nbytes)``; None
-    when no single pinned range holds it (a kernel that runs later cannot read it).
+def kernel_host_address(ptr: int, nbytes: int, device: int) -> int | None:
+    """The address at which a kernel on ``device`` (an index) reaches host memory
+    ``[ptr, ptr + nbytes)``; None when no single pinned range holds it (a kernel that
+    runs later cannot read it).
 
     TODO(vendor): ``host_is_pinned`` is your runtime's pointer-attribute query
     (cudaPointerGetAttributes: registered or page-locked), ``host_device_pointer``
-    its device address of page-locked memory allocated pinned
-    (cudaHostGetDevicePointer).
+    the current device's address of pinned memory (cudaHostGetDevicePointer), and
+    ``device`` your runtime's device guard.
     """
+    kept = None
     with _lock:
         index = bisect.bisect_right(_bases, ptr) - 1
-        if index >= 0:
-            base = _bases[index]
-            size, device_address = _kept[base]
-            if ptr + nbytes <= base + size:
-                return device_address + (ptr - base)
+        if index >= 0 and ptr + nbytes <= _bases[index] + _kept[_bases[index]][0]:
+            kept = _bases[index], _kept[_bases[index]][1]
+            if device in kept[1]:
+                return kept[1][device] + (ptr - kept[0])
     runtime = _runtime()
     is_pinned = getattr(runtime, "host_is_pinned", None)
     if nbytes <= 0 or is_pinned is None or not is_pinned(ptr, nbytes):
         return None  # unknown: no kernel is given it (the callers fall back)
     if host_memory_mapped_at_same_address():
         return ptr
-    return int(runtime.host_device_pointer(ptr))
+    with runtime.device(device):
+        address = int(runtime.host_device_pointer(ptr))
+    if kept is not None:
+        with _lock:
+            kept[1][device] = address - (ptr - kept[0])
+    return address
 
 
 def staged_kernel(

@@ -125,10 +125,11 @@ def tensor_plan(
     # Host chunks at the address the kernel reaches them at. Pageable ones never reach
     # it: it gets pinned temporaries and is awaited, as LMCache 0.5.7 stages them.
     addresses, staged = [o.data_ptr() for o in chunks], []
+    kernel_device = int(on_device[0].index)
     for index, chunk in enumerate(chunks):
         if chunk.device.type == "cpu":
             size = chunk.numel() * element
-            address = kernel_host_address(chunk.data_ptr(), size)
+            address = kernel_host_address(chunk.data_ptr(), size, kernel_device)
             if address is None:
 {%- if cookiecutter.lmcache_driven != 'no' %}
                 op = "multi_layer_block_kv_transfer"
@@ -136,7 +137,7 @@ def tensor_plan(
 {%- endif %}
                 pinned = torch.empty_like(chunk, pin_memory=True)
                 staged.append((chunk, pinned if is_d2h else pinned.copy_(chunk)))
-                address = kernel_host_address(pinned.data_ptr(), size)
+                address = kernel_host_address(pinned.data_ptr(), size, kernel_device)
             if address is None:
                 return None  # no kernel reaches this runtime's pinned memory
             addresses[index] = address
@@ -226,7 +227,7 @@ def pointer_plan(
         stride,
         block,
         planes,
-        [_object_address(int(o), chunk_bytes) for o in objects],
+        [_object_address(int(o), chunk_bytes, on_device.index) for o in objects],
         chunk_size // bs,
         ids,
         nb,
@@ -236,7 +237,7 @@ def pointer_plan(
     return _kernels.block_copy_device_ids, on_device, arguments
 
 
-def _object_address(address: int, nbytes: int) -> int:
+def _object_address(address: int, nbytes: int, device: int) -> int:
     """Where the kernel reaches a chunk object: in device memory (the staging buffer)
     as it is, in pinned host memory at its device address (``_host_access``).
     Pageable host memory is refused: no kernel that runs later can read it."""
@@ -244,7 +245,7 @@ def _object_address(address: int, nbytes: int) -> int:
         getattr(torch, TORCH_MODULE_NAME).pointer_device(address)
         return address
     except ValueError:
-        host = kernel_host_address(address, nbytes)
+        host = kernel_host_address(address, nbytes, device)
     if host is None:
         raise ValueError(
             f"chunk object at 0x{address:x} ({nbytes} bytes) is neither {DEVICE_TYPE} "

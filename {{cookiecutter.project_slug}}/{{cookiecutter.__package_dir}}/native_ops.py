@@ -145,7 +145,7 @@ def lmcache_memcpy_async(
         launch = _launch_on(device)
         pieces = _host_pieces(nbytes, host_buffer_offset, host_buffer_alignments)
         for start, size in pieces:
-            host = _kernel_host_address(on_host + start, size)
+            host = _kernel_host_address(on_host + start, size, device.index)
             if host is None:
                 offset = host_buffer_offset + start
                 piece = (dest + start, src + start, size, direction, offset)

@@ -139,6 +139,33 @@ class BaseOpsPointerTests(ConformanceTests):
         view.fill_(-1)
         assert bool((base.cpu()[16:48] == -1).all()) and float(base.cpu()[15]) == 15.0
 
+    def test_a_range_pinned_once_is_copied_to_and_from_each_devices_memory(
+        self, lmcache_driven: Any, runtime: Any
+    ) -> None:
+        """LMCache's server pins its L1 once, from a thread bound to device 0, and with
+        TP=2 copies between it and two devices' memory: each copy is byte-exact (a
+        kernel on device 1 reaches the range at device 1's address, where the runtime
+        maps host memory per device)."""
+        compat, nbytes, copy = package_module("_lmcache_compat"), 1 << 16, device_ops()
+        h2d, d2h = compat.TransferDirection.H2D, compat.TransferDirection.D2H
+        second = device_at(runtime, 1)
+        host, pins = page_aligned(nbytes, 7), lmcache_driven.pin_memory_backend()
+        assert pins.pin_memory(host.data_ptr(), nbytes) is True
+        try:
+            for device in (kit_backend.current().device_type + ":0", second):
+                dev = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+                pointers = dev.data_ptr(), host.data_ptr()
+                copy.lmcache_memcpy_async(*pointers, nbytes, h2d, 0, nbytes)
+                runtime.synchronize(dev.device)
+                assert same_bytes(dev, host)
+                dev.fill_(3)
+                copy.lmcache_memcpy_async(*pointers[::-1], nbytes, d2h, 0, nbytes)
+                runtime.synchronize(dev.device)
+                assert same_bytes(host, dev)
+                host.fill_(7)
+        finally:
+            assert pins.unpin_memory(host.data_ptr()) is True
+
     @pytest.mark.parametrize("alignment", [0, 3, -4096])
     def test_a_host_buffer_alignment_that_is_not_a_power_of_two_is_refused(
         self, alignment: int

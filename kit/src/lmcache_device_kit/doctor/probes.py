@@ -153,7 +153,7 @@ def host_access(spec: Any) -> Outcome:
     size = host_page_size()
     buffer, ptr, release = _pinned(spec, size)
     try:
-        address = plugin_module("_host_access").kernel_host_address(ptr, size)
+        address = plugin_module("_host_access").kernel_host_address(ptr, size, 0)
     finally:
         release()
     if address is None:

@@ -127,6 +127,8 @@ Worker* current_worker(
 uint64_t enqueue(Worker* worker, std::function<void()> task,
                  bool always = false);
 bool stream_failed();
+c10::DeviceIndex running_device();  // the device of the stream running the
+                                    // calling thread's task, or -1 (the host)
 void clear_stream_failures();  // every stream of every device healthy again
                                // (set_faults)
 void wait_ticket(Worker* worker,

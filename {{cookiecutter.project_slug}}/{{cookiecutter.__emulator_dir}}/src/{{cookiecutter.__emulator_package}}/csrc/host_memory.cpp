@@ -12,18 +12,15 @@
 //     device.  On CUDA (unified addressing) that is the host address itself;
 //     on a runtime whose registration returns a separate device address
 //     (Ascend's aclrtHostRegister gives devPtr), only that address works.
-// By default the emulator is the second kind: every pinned allocation and
-// registration gets a device alias, a reserved address range with no host
-// access rights, and host_device_pointer (cudaHostGetDevicePointer) gives it;
-// set_host_aliases(false) makes it the first kind.  In both, a kernel given
-// pageable host memory fails its stream: no device can read it later, and so
-// does one given a registration made without kHostRegisterMapped (CUDA's
-// cudaHostRegisterMapped, 0x02, which LMCache's lazy allocator passes): it is
-// pinned for copies but not mapped for kernels.
-// Registrations follow the strictest runtime's rules: whole pages only (as
-// aclrtHostRegister wants; LMCache's NPU pin backend widens its ranges so),
-// and never over another registration (cudaErrorHostMemoryAlreadyRegistered).
-// Nothing here allocates device memory or runs streams.
+// By default the emulator is the second kind, per device: host_device_pointer
+// (cudaHostGetDevicePointer) gives the current device's alias of pinned memory
+// (never host-accessible), and a kernel on another device is refused (TP=2:
+// one server, two devices, one L1); set_host_aliases(false): the first kind.
+// In both, a kernel given pageable memory fails its stream, and so does one
+// given a registration made without kHostRegisterMapped (0x02, which LMCache's
+// lazy allocator passes: pinned for copies, not mapped for kernels).  A
+// registration is whole pages (aclrtHostRegister's rule), never over another
+// (cudaErrorHostMemoryAlreadyRegistered).  Nothing here runs streams.
 
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -47,14 +44,19 @@ namespace {
 
 struct Pinned {
   size_t size;
-  uintptr_t alias;  // its device address when host memory is aliased, else 0
-  bool mapped;      // whether kernels reach it (allocations always)
+  bool mapped;  // whether kernels reach it (allocations always)
+  std::map<c10::DeviceIndex, uintptr_t> aliases{};  // per device, once asked
+};
+struct Alias {
+  uintptr_t host;
+  size_t size;
+  c10::DeviceIndex device;
 };
 std::atomic<bool> g_aliases{true};
 std::mutex g_host_mutex;                   // guards the three maps
 std::map<uintptr_t, Pinned> g_allocated;   // pinned allocations
 std::map<uintptr_t, Pinned> g_registered;  // host ranges registered (pinned)
-std::map<uintptr_t, std::pair<uintptr_t, size_t>> g_alias_of;  // alias -> host
+std::map<uintptr_t, Alias> g_alias_of;     // alias -> host range
 constexpr int64_t kHostRegisterMapped = 0x02;  // cudaHostRegisterMapped
 constexpr int64_t kHostRegisterFlags = 0x0f;  // portable, mapped, io, read-only
 
@@ -67,24 +69,27 @@ std::map<uintptr_t, Pinned>::const_iterator holding(
   return end <= range->first + range->second.size ? range : ranges.end();
 }
 
-// A device address for [host, host + size): reserved, never host-accessible
-// (host code that dereferences it crashes, as on a device).  Caller holds the
-// lock.
-uintptr_t new_alias(uintptr_t host, size_t size) {
-  if (!g_aliases) return 0;
-  void* alias = mmap(nullptr, size, PROT_NONE,
+// `device`'s address of pinned [host, host + pinned.size), reserved on first
+// use (host code that dereferences it crashes), or host without aliases.
+uintptr_t alias_on(uintptr_t host, Pinned& pinned, c10::DeviceIndex device) {
+  if (!g_aliases) return host;
+  auto known = pinned.aliases.find(device);
+  if (known != pinned.aliases.end()) return known->second;
+  void* alias = mmap(nullptr, pinned.size, PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  TORCH_CHECK(alias != MAP_FAILED, "reserving a device alias of ", size,
+  TORCH_CHECK(alias != MAP_FAILED, "reserving a device alias of ", pinned.size,
               " bytes of host memory failed");
   const auto address = reinterpret_cast<uintptr_t>(alias);
-  g_alias_of.emplace(address, std::make_pair(host, size));
+  g_alias_of.emplace(address, Alias{host, pinned.size, device});
+  pinned.aliases.emplace(device, address);
   return address;
 }
 
-void drop_alias(const Pinned& pinned) {
-  if (pinned.alias == 0) return;
-  g_alias_of.erase(pinned.alias);
-  munmap(reinterpret_cast<void*>(pinned.alias), pinned.size);
+void drop_aliases(const Pinned& pinned) {
+  for (const auto& [device, alias] : pinned.aliases) {
+    g_alias_of.erase(alias);
+    munmap(reinterpret_cast<void*>(alias), pinned.size);
+  }
 }
 
 void free_pinned_memory(void* ptr) {
@@ -92,7 +97,7 @@ void free_pinned_memory(void* ptr) {
     std::lock_guard<std::mutex> lock(g_host_mutex);
     auto found = g_allocated.find(reinterpret_cast<uintptr_t>(ptr));
     if (found != g_allocated.end()) {
-      drop_alias(found->second);
+      drop_aliases(found->second);
       g_allocated.erase(found);
     }
   }
@@ -107,8 +112,7 @@ struct PinnedAllocator final : c10::Allocator {
     if (ptr) {
       const auto address = reinterpret_cast<uintptr_t>(ptr);
       std::lock_guard<std::mutex> lock(g_host_mutex);
-      g_allocated.emplace(address,
-                          Pinned{nbytes, new_alias(address, nbytes), true});
+      g_allocated[address] = Pinned{nbytes, true};
     }
     return {ptr, ptr, &free_pinned_memory, c10::Device(c10::DeviceType::CPU)};
   }
@@ -151,9 +155,7 @@ bool host_register(int64_t ptr, int64_t size, int64_t flags) {
       std::prev(next)->first + std::prev(next)->second.size > host) {
     return false;
   }
-  const bool mapped = flags & kHostRegisterMapped;
-  g_registered.emplace(
-      host, Pinned{bytes, mapped ? new_alias(host, bytes) : 0, mapped});
+  g_registered[host] = Pinned{bytes, (flags & kHostRegisterMapped) != 0};
   return true;
 }
 
@@ -162,16 +164,14 @@ bool host_unregister(int64_t ptr) {
   std::lock_guard<std::mutex> lock(g_host_mutex);
   auto found = g_registered.find(static_cast<uintptr_t>(ptr));
   if (found == g_registered.end()) return false;
-  drop_alias(found->second);
+  drop_aliases(found->second);
   g_registered.erase(found);
   return true;
 }
 
-// A range is pinned when one registration or one pinned allocation holds it.
-// A copy from anything else is a pageable copy: on hardware a bounce through a
-// staging buffer, many times slower.  So is a copy across two registrations,
-// even adjacent ones (LMCache's lazy allocator registers its buffer in pieces
-// and passes their size, host_buffer_alignments, so copies split there).
+// Pinned: one registration or pinned allocation holds it.  Anything else, a
+// copy across two registrations too (LMCache splits at host_buffer_alignments),
+// is a pageable copy: on hardware a bounce buffer, many times slower.
 bool host_is_pinned(int64_t ptr, int64_t size) {
   if (ptr <= 0 || size <= 0) return false;
   const auto begin = static_cast<uintptr_t>(ptr);
@@ -181,15 +181,13 @@ bool host_is_pinned(int64_t ptr, int64_t size) {
          holding(g_registered, begin, end) != g_registered.end();
 }
 
-// Whether a CPU tensor's bytes are pinned: allocated pinned or registered
-// (CUDA treats both as page-locked).
+// A CPU tensor's bytes allocated pinned or registered (both page-locked).
 bool is_pinned_host(const at::Tensor& t) {
   return host_is_pinned(reinterpret_cast<int64_t>(t.data_ptr()),
                         static_cast<int64_t>(t.nbytes()));
 }
 
-// Whether host memory [begin, begin + nbytes) is pinned but registered without
-// kHostRegisterMapped: copies reach it, kernels do not.
+// Registered without kHostRegisterMapped: copies reach it, kernels do not.
 static bool host_is_unmapped(uintptr_t begin, int64_t nbytes) {
   std::lock_guard<std::mutex> lock(g_host_mutex);
   auto range =
@@ -202,20 +200,21 @@ constexpr const char* kUnmapped =
     "Ascend's only type, ACL_HOST_REGISTER_MAPPED): copies reach it, kernels "
     "do not. Register it with that flag.";
 
-// The device address of pinned host memory at `ptr`
-// (cudaHostGetDevicePointer): ptr itself without aliases, else the alias of
-// the allocation or registration holding it.  Pageable memory has none, and
-// neither has a registration without kHostRegisterMapped.
+// The current device's address of pinned host memory at `ptr`
+// (cudaHostGetDevicePointer): ptr itself without aliases, else that device's
+// alias of the allocation or registration holding it.  Pageable memory has
+// none, and neither has a registration without kHostRegisterMapped.
 int64_t host_device_pointer(int64_t ptr) {
   const auto host = static_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> lock(g_host_mutex);
-  for (const auto* ranges : {&g_allocated, &g_registered}) {
+  for (auto* ranges : {&g_allocated, &g_registered}) {
     auto range = holding(*ranges, host, host + 1);
     if (range == ranges->end()) continue;
     TORCH_CHECK(range->second.mapped, "0x", std::hex, host, std::dec,
                 kUnmapped);
-    const uintptr_t alias = range->second.alias;
-    return static_cast<int64_t>(alias ? alias + (host - range->first) : host);
+    auto& pinned = (*ranges)[range->first];
+    const uintptr_t base = alias_on(range->first, pinned, t_current_device);
+    return static_cast<int64_t>(base + (host - range->first));
   }
   TORCH_CHECK(false, "0x", std::hex, host, std::dec,
               " is not pinned host memory: it has no device address (register "
@@ -234,17 +233,24 @@ void* host_kernel_address(uintptr_t address, int64_t offset, int64_t nbytes) {
     auto next = g_alias_of.upper_bound(address);
     if (next != g_alias_of.begin()) {
       const auto& [alias, host] = *std::prev(next);
-      if (address < alias + host.second) {
+      if (address < alias + host.size) {
         TORCH_CHECK(
             offset >= 0 && nbytes >= 0 &&
-                begin + static_cast<uintptr_t>(nbytes) <= alias + host.second,
+                begin + static_cast<uintptr_t>(nbytes) <= alias + host.size,
             "illegal address: a kernel accessed ", nbytes, " bytes at offset ",
             offset, " from 0x", std::hex, address,
             ", outside the pinned host range mapped at 0x", alias, std::dec,
-            " (", host.second,
+            " (", host.size,
             " bytes): a copy across two registrations reaches "
             "unmapped device addresses; split it at their boundaries");
-        return reinterpret_cast<void*>(host.first + (begin - alias));
+        const c10::DeviceIndex device = running_device();
+        TORCH_CHECK(device < 0 || device == host.device, "a kernel on device ",
+                    int(device), " was given 0x", std::hex, address, std::dec,
+                    ", device ", int(host.device),
+                    "'s address of pinned host memory: each device reaches "
+                    "it at its own address; ask for it with that device "
+                    "current (host_device_pointer)");
+        return reinterpret_cast<void*>(host.host + (begin - alias));
       }
     }
   }

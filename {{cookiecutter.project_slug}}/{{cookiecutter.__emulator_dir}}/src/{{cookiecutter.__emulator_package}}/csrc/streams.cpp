@@ -156,6 +156,10 @@ uint64_t enqueue(Worker* worker, std::function<void()> task, bool always) {
 
 bool stream_failed() { return t_stream_failed; }
 
+c10::DeviceIndex running_device() {
+  return t_worker == nullptr ? c10::DeviceIndex(-1) : t_worker->device;
+}
+
 void wait_ticket(Worker* worker, uint64_t ticket) {
   TORCH_CHECK(worker != t_worker,
               "work on an emulated stream (a host function or kernel) waited "
