@@ -42,7 +42,7 @@ class {{ cookiecutter.class_prefix }}EventIPCBackend(DefaultEventIPCBackend):
             device_type=DEVICE_TYPE,
         )
         self._kept: deque[object] = deque(maxlen=EXPORTED_EVENTS_KEPT)
-        # (a marker recorded after a stream's wait, the event it waits on)
+        # (a stream that queued a wait, the event it waits on), oldest first
         self._waits: deque[tuple[object, object]] = deque()
         self._waits_lock = threading.Lock()
 
@@ -95,16 +95,14 @@ class {{ cookiecutter.class_prefix }}EventIPCBackend(DefaultEventIPCBackend):
 
     def wait_event(self, event: object, stream: object) -> None:
         """Queue ``stream``'s wait on ``event``, and hold ``event`` until the stream has
-        passed the wait: a queued wait refers to its event until then, and LMCache
-        drops an imported event when its handler returns (0.5.4, 0.5.5; from 0.5.6
-        it holds imports itself, ``hold_imported_event``).
+        run out of work (so past the wait): a queued wait refers to its event until
+        then, and LMCache drops an imported event when its handler returns (0.5.4,
+        0.5.5; from 0.5.6 it holds imports itself, ``hold_imported_event``).
         TODO(vendor): nothing, unless your runtime keeps an import alive for its waits.
         """
         super().wait_event(event, stream)
-        passed = getattr(torch, TORCH_MODULE_NAME).Event()
-        passed.record(stream)
         with self._waits_lock:
-            self._waits.append((passed, event))
+            self._waits.append((stream, event))
             while self._waits and _has_run(self._waits[0][0]):
                 self._waits.popleft()
 
@@ -117,10 +115,12 @@ class {{ cookiecutter.class_prefix }}EventIPCBackend(DefaultEventIPCBackend):
         return getattr(torch, TORCH_MODULE_NAME).device(index)  # type: ignore[no-any-return]
 
 
-def _has_run(marker: object) -> bool:
-    """Whether the stream has passed ``marker``'s record; a failed stream has (its
-    work will not run, and its waits refer to nothing any more)."""
+def _has_run(stream: object) -> bool:
+    """Whether ``stream`` has run everything queued on it (a wait queued before
+    included); a failed stream has (its work will not run, and its waits refer to
+    nothing any more). No event is recorded for it: a wait costs no allocation."""
+    query = getattr(stream, "query", None)
     try:
-        return bool(marker.query())  # type: ignore[attr-defined]
+        return query is None or bool(query())
     except RuntimeError:
         return True

@@ -36,7 +36,6 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -70,9 +69,11 @@ struct Event {
       generation;  // the slot's generation this event owns (0: a private slot)
   int64_t index;   // slot index in the exporter's table, or -1
   bool owner;      // frees the slot on destroy
-  // An import's: set when it is destroyed; the waits queued on it read it.
-  std::shared_ptr<std::atomic<bool>> destroyed{};
+  // An import's waits queued and not yet run, and kDestroyed once it is: the
+  // last of destroy and those waits frees it (a task stays small, no heap).
+  std::atomic<uint64_t> waits{0};
 };
+constexpr uint64_t kDestroyed = uint64_t(1) << 63;
 
 void check_alive(const Event* event) {
   TORCH_CHECK(event->generation == 0 ||
@@ -145,7 +146,9 @@ int64_t event_create(bool interprocess) {
 
 void event_destroy(int64_t handle) {
   auto* event = reinterpret_cast<Event*>(handle);
-  if (event->destroyed) *event->destroyed = true;
+  if (!event->owner && (event->waits.fetch_or(kDestroyed) & ~kDestroyed)) {
+    return;  // the last wait queued on this import frees it
+  }
   if (event->owner && event->generation != 0) {
     event->slot->generation.fetch_add(1);  // stale for every importer
   } else if (event->owner) {
@@ -198,8 +201,16 @@ void event_block(int64_t handle, Worker* worker) {
   Slot* slot = event->slot;
   const uint64_t target = slot->recorded.load();
   if (slot->completed.load() >= target) return;
-  enqueue(worker, [slot, target, destroyed = event->destroyed] {
-    TORCH_CHECK(!destroyed || !*destroyed,
+  if (event->owner) {
+    enqueue(worker, [slot, target] { wait_for(slot, target); });
+    return;
+  }
+  event->waits.fetch_add(1);
+  enqueue(worker, [event, target] {
+    Slot* slot = event->slot;  // the exporter's: outlives the import
+    const uint64_t before = event->waits.fetch_sub(1);
+    if (before == (kDestroyed | 1)) delete event;
+    TORCH_CHECK(!(before & kDestroyed),
                 "an imported event was destroyed before the stream wait queued "
                 "on it ran: keep the import alive until its stream has passed "
                 "the wait (LMCache 0.5.6+ holds it, hold_imported_event; "
@@ -255,8 +266,7 @@ int64_t event_open(int64_t pid, int64_t fd, int64_t inode, int64_t index,
               "alive while their handles may be imported (LMCache 0.5.5+ keeps "
               "a ring of them, 0.5.4 none)");
   return reinterpret_cast<int64_t>(
-      new Event{slot, static_cast<uint64_t>(generation), index, false,
-                std::make_shared<std::atomic<bool>>(false)});
+      new Event{slot, static_cast<uint64_t>(generation), index, false});
 }
 
 }  // namespace emulator
