@@ -80,7 +80,7 @@ class Event:
 
 
 def device_module(**without: bool) -> SimpleNamespace:
-    stream = SimpleNamespace(synchronize=lambda: None, stream_id=1)
+    stream = SimpleNamespace(synchronize=lambda: None, query=lambda: True, stream_id=1)
     members: dict[str, Any] = {
         "is_available": lambda: True,
         "device_count": lambda: 1,
