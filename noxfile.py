@@ -26,7 +26,8 @@ Sessions:
                      every one). A pre-release newer than the newest (cookiecutter.json,
                      ``_lmcache_prereleases``) is a tier of its own: the rendered canary runs on
                      it (``doctor --api``, the suite, LMCache's own tests), its declared expected
-                     differences apart.
+                     differences apart. On the newest, the representative render's tests marked
+                     ``publishes`` run again under each other host-function model (tasks/variants.py).
   release_day        a vendor's release day against a real package index on 127.0.0.1 (pypiserver): the template
                      rendered from a git URL with plain cookiecutter, its tests before and after the kit is on the
                      index, the vendor's release and their users' pip install, the message when nothing gives the kit.
@@ -159,7 +160,8 @@ def lmcache_releases(session: nox.Session, lmcache: str) -> None:
     new = lmcache == NEWEST or lmcache in PRERELEASES  # LMCache's newest code: its multiprocess tests too
     default = WHEEL_VARIANTS if lmcache == NEWEST else PRERELEASE_VARIANTS if new else OLDER_RELEASE_VARIANTS
     contract = CONTRACT_SUITES if new else QUICK_CONTRACT_SUITES
-    prove_release(session, lmcache, select(session, WHEEL_VARIANTS, default=default), contract=contract)
+    prove_release(session, lmcache, select(session, WHEEL_VARIANTS, default=default), contract=contract,
+                  other_models=lmcache == NEWEST)  # fmt: skip
 
 
 @nox.session(venv_backend="none", tags=["ci"])

@@ -50,6 +50,7 @@ from tasks.suite import (
 from tasks.variants import (
     EMULATOR_RUNTIMES,
     NEWEST,
+    OTHER_HOST_FUNCTION_MODELS,
     PRERELEASES,
     QUICK_CONTRACT_SUITES,
     REPRESENTATIVE,
@@ -71,10 +72,12 @@ def select(session: nox.Session, names: list[str], default: list[str]) -> list[s
 
 
 def prove_release(
-    session: nox.Session, release: str, names: list[str], contract: tuple[str, ...] = QUICK_CONTRACT_SUITES
-) -> None:
+    session: nox.Session, release: str, names: list[str], contract: tuple[str, ...] = QUICK_CONTRACT_SUITES,
+    *, other_models: bool = False,
+) -> None:  # fmt: skip
     """Prove ``names`` one after another in the environment of ``release``, with progress and a timing
-    table; the representative variant also runs LMCache's own ``contract`` suites (multiprocess: minutes)."""
+    table; the representative variant also runs LMCache's own ``contract`` suites (multiprocess: minutes) and, with
+    ``other_models``, its tests marked ``publishes`` under each of OTHER_HOST_FUNCTION_MODELS."""
     env = ReleaseEnv(release)
     work = Path(session.create_tmp()).resolve()
     with timed(session, f"lmcache {release}") as timings:
@@ -83,12 +86,14 @@ def prove_release(
         for number, name in enumerate(names, 1):
             with timings.step(f"variant {number} of {len(names)}: {name}") as step:
                 begun = time.monotonic()
-                outcome = prove_variant(session, env, name, work / name, contract)
+                outcome = prove_variant(session, env, name, work / name, contract, other_models)
                 before_suite = time.monotonic() - begun - outcome.seconds - outcome.also_seconds
                 step.result = f"{outcome}; render, checks, build, install {before_suite:.0f} s"
 
 
-def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, contract: tuple[str, ...]) -> Outcome:
+def prove_variant(
+    session: nox.Session, env: ReleaseEnv, name: str, work: Path, contract: tuple[str, ...], other_models: bool = False
+) -> Outcome:
     variant = VARIANTS[name]
     project = render(session, env, work / "rendered", variant)
     ctx = context(project)
@@ -154,8 +159,25 @@ def prove_variant(session: nox.Session, env: ReleaseEnv, name: str, work: Path, 
     if name == REPRESENTATIVE:
         begun = time.monotonic()
         outcome.also = run_contract(session, env, project, work, env_vars, contract)
+        if emulator and other_models:
+            outcome.also += "; " + run_other_models(session, env, tests, work, env_vars, ctx["__emulator_env_var"])
         outcome.also_seconds = time.monotonic() - begun
     return outcome
+
+
+def run_other_models(
+    session: nox.Session, env: ReleaseEnv, tests: Path, work: Path, env_vars: dict[str, str | None], prefix: str
+) -> str:
+    """The suite's tests marked ``publishes`` under each of OTHER_HOST_FUNCTION_MODELS; what ran, for the table."""
+    said = []
+    for model, rules in OTHER_HOST_FUNCTION_MODELS.items():
+        model_vars = env_vars | {f"{prefix}_{rule}": value for rule, value in rules.items()}
+        ran = run_suite(session, env, [tests], work / f"publishes-{model}", model_vars, device_present=True,
+                        extra=("-m", "publishes"))  # fmt: skip
+        if not ran.passed:
+            session.error(f"no test marked publishes ran under the host-function model {model!r}")
+        said.append(f"{ran.passed} publishing tests under the host-function model {model!r}")
+    return ", ".join(said)
 
 
 def ours(output: str) -> str:

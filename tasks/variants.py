@@ -54,6 +54,13 @@ EMULATOR_RUNTIMES: dict[str, dict[str, str]] = {
     # torch_npu and torch_musa launch no host functions: every publish synchronizes its stream first.
     "lmcache-driven-default": {"HOST_FUNCS": "0"},
 }
+#: The host-function models (the rendered runtime.py's ``host_function_model``) besides the one the emulator runs by
+#: default, which the sample answers with (``launch``): the tests marked ``publishes`` run again under each on the
+#: representative variant in CI (``lmcache_releases`` on the newest release), each emulator rule as above.
+OTHER_HOST_FUNCTION_MODELS: dict[str, dict[str, str]] = {
+    "subscribed": {"HOST_FUNCS": "subscribed"},  # Ascend: callbacks run on a thread subscribed to their stream
+    "none": {"HOST_FUNCS": "0"},  # torch_npu, torch_musa: synchronize, then publish
+}
 #: What ``nox -s generate_and_test`` proves with no arguments.
 REPRESENTATIVE = "native-lmcache-driven"
 #: LMCache's own test suites the representative variant runs in the release sessions (CI): on the newest release

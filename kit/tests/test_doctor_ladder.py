@@ -24,18 +24,43 @@ import torch
 def bind_thread_context(device=None):
     """TODO(vendor): bind your runtime's context."""
 
+def host_function_model():
+    """TODO(vendor): return yours."""
+    if not hasattr(torch.cpu, "host_func_launcher"):
+        return "none"
+    return "subscribed" if hasattr(torch.cpu, "report_subscriber") else "launch"
+
 def host_function_launcher():
-    """TODO(vendor): your runtime's cudaLaunchHostFunc, or None."""
-    launcher = getattr(torch.cpu, "host_func_launcher", None)
-    return None if launcher is None else int(launcher())
+    """TODO(vendor): your runtime's cudaLaunchHostFunc."""
+    if host_function_model() == "none":
+        return None
+    return int(torch.cpu.host_func_launcher())
+
+def report_processing():
+    """TODO(vendor): aclrtSubscribeReport and aclrtProcessReport, wrapped."""
+    if host_function_model() != "subscribed":
+        return None
+    return int(torch.cpu.report_subscriber()), int(torch.cpu.report_processor())
 
 def after_stream_work(stream_handle, publish):
     torch.cpu.synchronize_stream_handle(stream_handle)
     publish()
 '''
 #: The same, ported to a runtime without host functions.
-PORTED_RUNTIME = SAMPLE_RUNTIME.replace(
-    'launcher = getattr(torch.cpu, "host_func_launcher", None)', "launcher = None"
+PORTED_RUNTIME = SAMPLE_RUNTIME[: SAMPLE_RUNTIME.index("def host_function_model")] + (
+    """def host_function_model():
+    return "none"
+
+def host_function_launcher():
+    return None
+
+def report_processing():
+    return None
+
+def after_stream_work(stream_handle, publish):
+    torch.cpu.synchronize_stream_handle(stream_handle)
+    publish()
+"""
 )
 
 
@@ -73,7 +98,9 @@ def test_a_site_that_still_calls_the_emulators_function_holds_the_sample(
     host_functions = steps_by_key()["host-functions"]
     plugin(SAMPLE_RUNTIME)
     assert port.holds_sample(host_functions) == [  # type: ignore[arg-type]
-        "host_function_launcher calls torch.cpu.host_func_launcher"
+        "host_function_model calls torch.cpu.host_func_launcher",
+        "host_function_launcher calls torch.cpu.host_func_launcher",
+        "report_processing calls torch.cpu.report_subscriber",
     ]
     plugin(PORTED_RUNTIME)
     assert port.holds_sample(host_functions) == []  # type: ignore[arg-type]
@@ -95,12 +122,15 @@ def test_without_the_device_sample_steps_are_not_ported_yet_and_the_rest_fail(
         "bind a context on LMCache's threads",
         "a stream's native handle",
         "wait for a stream's work by its handle",
-        "a C host function on a stream, or none",
+        "a C host function on a stream: launched, on a subscribed thread, or none",
         "a tensor over device memory at a pointer",
         "your device kernels",
     ]
     assert lines["wait for a stream's work by its handle"].pending
-    assert lines["a C host function on a stream, or none"].pending
+    host_functions = (
+        "a C host function on a stream: launched, on a subscribed thread, or none"
+    )
+    assert lines[host_functions].pending
     device = lines["find the device"]
     assert not device.ok and not device.pending and "install it" in device.fix
     assert not ladder.ok

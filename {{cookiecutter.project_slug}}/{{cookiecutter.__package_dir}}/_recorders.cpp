@@ -15,7 +15,10 @@
 {%- if cookiecutter.lmcache_driven != 'no' %}
 // TODO(vendor): the launcher is your runtime's host-function launch
 // (cudaLaunchHostFunc; aclrtLaunchCallback on Ascend), passed from native_ops.py.
-// A runtime without one keeps the synchronizing path (runtime.py).
+// A runtime without one keeps the synchronizing path (runtime.py). On Ascend a
+// callback runs only on a thread subscribed to its stream that processes
+// reports: subscribe_reports gives each stream one (runtime.py's model
+// "subscribed"), as LMCache-Ascend's callback thread does.
 {%- else %}
 // An engine-driven-only plugin binds none of them: they serve LMCache-driven
 // transfer, which it does not offer.
@@ -23,14 +26,17 @@
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pthread.h>
 
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -119,6 +125,40 @@ void record_event(int64_t launcher, int64_t stream, std::string type, std::strin
          std::make_unique<Event>(Event{std::move(type), std::move(session), 0.0, std::move(strs), std::move(ints)}));
 }
 
+// The subscribed model: one thread of ours processes the reports of every
+// stream the recorders launch on, subscribed to each before its first launch.
+using Subscribe = int (*)(uint64_t thread, int64_t stream);
+using ProcessReport = int (*)(int32_t timeout_ms);
+
+struct ReportThread {
+  std::mutex mutex;
+  uint64_t thread = 0;  // 0: not started
+  std::set<int64_t> streams;
+};
+ReportThread* g_report_thread = new ReportThread();  // a thread outlives exit
+// A child of fork has none of its parent's threads: it starts its own.
+void forget_report_thread_in_child() { g_report_thread = new ReportThread(); }
+
+void subscribe_reports(int64_t subscribe, int64_t process, int64_t stream) {
+  static const bool at_fork = (pthread_atfork(nullptr, nullptr, &forget_report_thread_in_child), true);
+  (void)at_fork;
+  ReportThread& reports = *g_report_thread;
+  std::lock_guard<std::mutex> lock(reports.mutex);
+  if (reports.thread == 0) {
+    auto processor = reinterpret_cast<ProcessReport>(process);
+    std::thread thread([processor] {
+      for (;;) processor(1000);  // each return: one callback ran, or a timeout
+    });
+    reports.thread = static_cast<uint64_t>(thread.native_handle());
+    thread.detach();
+  }
+  if (!reports.streams.insert(stream).second) return;
+  if (reinterpret_cast<Subscribe>(subscribe)(reports.thread, stream) != 0) {
+    reports.streams.erase(stream);
+    throw std::runtime_error("subscribing the report thread to stream " + std::to_string(stream) + " failed");
+  }
+}
+
 py::list drain_completions() {
   auto drained = g_completions.drain();
   py::list out;
@@ -136,6 +176,8 @@ py::list drain_events() {
 }  // namespace
 
 void bind_recorders(py::module& m) {
+  m.def("subscribe_reports", &subscribe_reports, "Process the reports of a stream on a thread of ours (once).",
+        py::call_guard<py::gil_scoped_release>());
   m.def("record_completion", &record_completion, "Publish (kind, payload) after the stream's queued work.",
         py::call_guard<py::gil_scoped_release>());
   m.def("drain_completions", &drain_completions, "The completions published so far, oldest first.");

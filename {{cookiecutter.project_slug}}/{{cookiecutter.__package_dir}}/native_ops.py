@@ -61,6 +61,7 @@ from ._native_plan import tensor_plan as _tensor_plan
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
 {%- if cookiecutter.lmcache_driven != 'no' %}
 from .runtime import host_function_launcher as _host_function_launcher
+from .runtime import report_processing as _report_processing
 {%- endif %}
 
 #: The LMCache ``EngineKVFormat`` names (``.name``) the kernels transfer: every other
@@ -206,13 +207,17 @@ def drain_recorded_events() -> list[
 
 def _record(op: str, native: _Any, *args: object) -> None:
     """A recorder ``op``: from a host function where the runtime launches them
-    (``native(launcher, *args)``), else the ops class's synchronizing path."""
+    (``native(launcher, *args)``; ``args[0]``: the stream), else the ops class's
+    synchronizing path."""
     launcher = _host_function_launcher()
     if launcher is None:
         paths_taken[f"{op}:synchronized"] += 1
         _class_op(op, *args)
         return
     paths_taken[f"{op}:native"] += 1
+    reports = _report_processing()
+    if reports is not None:  # the model "subscribed": a thread processes the stream's
+        _kernels.subscribe_reports(*reports, args[0])
     native(launcher, *args)
 {%- endif %}
 

@@ -15,7 +15,8 @@ a context once per thread (``_ensure_context``); ``pin_memory.py`` and
 The CPU emulator requires it by default (``..._THREAD_CONTEXTS=0``: one context for
 every thread, as CUDA's primary context).
 
-A publish after a stream's work (``host_function_launcher``, ``after_stream_work``).
+A publish after a stream's work (``host_function_model`` and the launches it needs,
+``after_stream_work``).
 Why: the LMCache server publishes a store's completion, releases read locks and
 records observability events only after the device copies queued before them have
 run (``record_completion_on_stream``, ``record_event_on_stream``,
@@ -24,9 +25,11 @@ host-function launch takes a C function pointer (``cudaLaunchHostFunc``), and a
 callback that took the GIL could deadlock against a thread holding it while it
 waits on the same stream (a runtime's bindings need not release it). So:
 
-* with a host-function launch (the capability below) and the native ops, the
-  completion and event recorders publish from C++ host functions, as LMCache's
-  CUDA recorder does (``_recorders.cpp``, bound by ``native_ops.py``);
+* with host functions (the model ``launch``, or ``subscribed``: Ascend runs a
+  callback only on a thread subscribed to its stream, and one never processed
+  never runs) and the native ops, the completion and event recorders publish from
+  C++ host functions, as LMCache's CUDA recorder does (``_recorders.cpp``, bound
+  by ``native_ops.py``);
 * everything else here (Python callables; recorders without native ops or
   host functions) synchronizes the stream, then publishes on the caller's
   thread, as LMCache's NPU and MUSA backends do (torch_npu and torch_musa have
@@ -71,15 +74,51 @@ def bind_thread_context(device: int | None = None) -> None:
         devices.add(index)
 
 
+#: How a runtime runs a host function after a stream's work, by model:
+HOST_FUNCTION_MODELS = {
+    "launch": "on the stream (cudaLaunchHostFunc)",
+    "subscribed": "only on a host thread subscribed to the stream that processes "
+    "reports (Ascend: aclrtSubscribeReport, aclrtLaunchCallback, aclrtProcessReport)",
+    "none": "not at all (torch_npu, torch_musa): synchronize, then publish",
+}
+
+
+def host_function_model() -> str:
+    """Your runtime's model, a key of ``HOST_FUNCTION_MODELS`` (the capability).
+
+    TODO(vendor): return yours. The sample asks the CPU emulator, which runs each
+    (``..._HOST_FUNCS``); a runtime the plugin cannot ask declares it here.
+    """
+    runtime = getattr(torch, TORCH_MODULE_NAME)
+    if not hasattr(runtime, "host_func_launcher"):
+        return "none"
+    return "subscribed" if hasattr(runtime, "report_subscriber") else "launch"
+
+
 def host_function_launcher() -> int | None:
-    """The address of the runtime's host-function launch, or None without one (the
-    capability): ``int launch(int64_t stream, void (*fn)(void*), void* data)``.
+    """The address of the runtime's host-function launch, or None with the model
+    ``none``: ``int launch(int64_t stream, void (*fn)(void*), void* data)``.
 
     TODO(vendor): your runtime's ``cudaLaunchHostFunc`` (Ascend:
-    ``aclrtLaunchCallback``), wrapped to that signature, or None.
+    ``aclrtLaunchCallback`` with ``ACL_CALLBACK_BLOCK``), wrapped to that signature.
     """
-    launcher = getattr(getattr(torch, TORCH_MODULE_NAME), "host_func_launcher", None)
-    return None if launcher is None else int(launcher())
+    if host_function_model() == "none":
+        return None
+    return int(getattr(torch, TORCH_MODULE_NAME).host_func_launcher())
+
+
+def report_processing() -> tuple[int, int] | None:
+    """With the model ``subscribed``, the addresses of ``int subscribe(uint64_t
+    thread, int64_t stream)`` and ``int process(int32_t timeout_ms)`` (0: one ran):
+    ``_recorders.cpp`` subscribes a thread of its own to each stream it launches on,
+    and that thread processes reports. Else None.
+
+    TODO(vendor): ``aclrtSubscribeReport`` and ``aclrtProcessReport``, wrapped.
+    """
+    if host_function_model() != "subscribed":
+        return None
+    runtime = getattr(torch, TORCH_MODULE_NAME)
+    return int(runtime.report_subscriber()), int(runtime.report_processor())
 
 
 def after_stream_work(stream_handle: int, publish: Callable[[], object]) -> None:

@@ -33,6 +33,7 @@ from lmcache_device_kit.conformance import (
     e2e_lmcache_driven,
     emulator_counters,
     faults,
+    host_function_models,
     host_memory,
     injected_faults,
     ipc_wrapper,
@@ -123,6 +124,10 @@ class TestLMCacheDriven(lmcache_driven.BaseLMCacheDrivenTests):
 
 
 class TestStreamOrder(stream_order.BaseStreamOrderTests):
+    pass
+
+
+class TestHostFunctionModels(host_function_models.BaseHostFunctionModelTests):
     pass
 
 

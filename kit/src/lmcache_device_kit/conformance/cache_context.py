@@ -99,6 +99,7 @@ class BaseCacheContextTests(ConformanceTests):
         context.close()
         assert log.count("close") == len(source)
 
+    @pytest.mark.publishes
     def test_host_callbacks_run_on_the_callers_thread_once_the_contexts_stream_has_run(  # noqa: E501
         self, lmcache_driven: Any
     ) -> None:
@@ -127,6 +128,7 @@ class BaseCacheContextTests(ConformanceTests):
             "the callback ran on another thread (the stream's?)"
         )
 
+    @pytest.mark.publishes
     def test_a_completion_on_cupy_stream_ptr_waits_for_the_contexts_stream_not_the_current(  # noqa: E501
         self, lmcache_driven: Any
     ) -> None:

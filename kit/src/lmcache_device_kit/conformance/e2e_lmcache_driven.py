@@ -156,6 +156,7 @@ class BaseE2ELMCacheDrivenTests(ConformanceTests):
             f"left in /dev/shm: {new_shm_entries(shm_before)}"
         )
 
+    @pytest.mark.publishes
     @pytest.mark.parametrize("world_size", [1, 2], ids=["tp1", "tp2"], scope="class")
     @pytest.mark.parametrize("server", SERVER_KINDS, indirect=True)
     def test_round_trip_is_byte_exact_with_the_server_running_the_plugin(

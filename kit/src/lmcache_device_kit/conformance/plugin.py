@@ -76,6 +76,8 @@ MARKERS = (
     "project's default run deselects it, pytest -m cluster runs it",
     "host_memory_mapping: depends on how the device maps pinned host memory for its "
     "kernels; TestHostMemory runs it again in the other mapping",
+    "publishes: publishes completions, events or callbacks after a stream's work; the "
+    "template's CI runs it again under each host-function model (runtime.py)",
 )
 
 

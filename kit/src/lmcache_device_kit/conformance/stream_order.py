@@ -9,7 +9,8 @@ hardware; the CPU emulator is strict for that reason. The first tests pin down
 the runtime's rules the plugin relies on (a held stream makes them
 deterministic; ``streams.held`` skips a test on a runtime without that test
 facility); the last ones check that the plugin's recorders publish after the
-queued work, and never run Python on a stream.
+queued work, and never run Python on a stream (how a runtime runs a host function,
+under each model: ``host_function_models.py``).
 
 Why not ``streams.py``: that name holds the helpers these tests share with others.
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 # Standard
 from typing import Any
-import time
 
 # Third Party
 import pytest
@@ -31,7 +31,6 @@ import torch
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.base import ConformanceTests
 from lmcache_device_kit.conformance.streams import (
-    SETTLE,
     held,
     publish_behind_a_hold,
     publishes_from_host_functions,
@@ -154,36 +153,7 @@ print("read it", flush=True)
             backend.wait_event(backend.import_event(handle, device), waiting)
         waiting.synchronize()
 
-    def test_a_host_function_that_takes_the_gil_is_a_deadlock_a_wait_reports(
-        self, runtime: Any
-    ) -> None:
-        """A runtime launches host functions as C function pointers, and its waits need
-        not release the GIL: a Python callable passed as one (through ctypes) blocks
-        on the GIL that a thread waiting for the stream holds. The emulator's waits
-        keep the GIL while a host function is queued and report that deadlock instead
-        of hanging."""
-        # Standard
-        import ctypes
-
-        if not hasattr(runtime, "host_func_launcher"):
-            module = kit_backend.current().torch_module_name
-            pytest.skip(f"torch.{module} launches no host functions")
-        stream, calls = runtime.Stream(0), []
-        callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: calls.append(1))
-        launch = ctypes.CFUNCTYPE(
-            ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
-        )(runtime.host_func_launcher())
-        handle = runtime.stream_handle(stream)
-        # Held, so the host function starts only once this thread waits holding the
-        # GIL (unheld, it may run first, in a moment this thread gives the GIL up).
-        runtime.hold_stream(stream, SETTLE)
-        assert launch(handle, ctypes.cast(callback, ctypes.c_void_p), None) == 0
-        with pytest.raises(RuntimeError, match="deadlock: this thread holds the GIL"):
-            runtime.synchronize()  # the runtime's own wait (torch's Stream releases it)
-        time.sleep(SETTLE)  # the GIL free: the callback runs
-        runtime.synchronize()
-        assert calls == [1]
-
+    @pytest.mark.publishes
     def test_completions_and_events_are_published_only_after_the_streams_queued_work(  # noqa: E501
         self, runtime: Any, lmcache_driven: Any
     ) -> None:
@@ -224,51 +194,3 @@ print("read it", flush=True)
                 "a recorder blocked its caller until the stream's work had run: with "
                 "host functions it publishes from one"
             )
-
-    def test_without_host_functions_a_publish_waits_for_the_streams_work_then_runs(
-        self, emulator: Any, lmcache_driven: Any
-    ) -> None:
-        """A runtime without host functions (torch_npu, torch_musa; the emulator with
-        ``..._HOST_FUNCS=0``): completions, events and the server's host callbacks
-        each synchronize the stream, then publish on the caller's thread, as LMCache's
-        NPU backend does, instead of failing on the missing launch."""
-        backend = kit_backend.current()
-        done = run_python(
-            f"""
-import lmcache, torch
-from lmcache.v1.platform import resolve_device_ops, torch_ops
-from {backend.package}.cache_context import HostCallbackStream
-runtime = torch.{backend.torch_module_name}
-ops = resolve_device_ops("{backend.device_type}")
-assert not hasattr(runtime, "host_func_launcher")
-stream, seen = runtime.Stream(0), []
-handle = runtime.stream_handle(stream)
-source = torch.ones(1 << 16, dtype=torch.uint8).pin_memory()
-target = torch.zeros(1 << 16, dtype=torch.uint8, device="{backend.device_type}")
-def queue_a_copy():
-    with runtime.stream(stream):
-        target.copy_(source, non_blocking=True)
-    return stream.query()
-pending = queue_a_copy()
-ops.record_completion_on_stream(handle, "finish_write", b"1")
-seen.append((pending, stream.query(), torch_ops.drain_recorded_completions()))
-pending = queue_a_copy()
-ops.record_event_on_stream(handle, "mp.store.end", "s", dict(), dict())
-seen.append((pending, stream.query(), len(torch_ops.drain_recorded_events())))
-pending = queue_a_copy()
-callback = lambda pending: seen.append((pending, stream.query()))
-HostCallbackStream(stream).launch_host_func(callback, pending)
-print(seen)
-""",
-            env={
-                f"{backend.emulator_env_var}_HOST_FUNCS": "0",
-                f"{backend.emulator_env_var}_LATENCY_US": "300000",
-            },
-            fresh=True,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        # Each: (the stream's work pending before the call, done when it published,
-        # what)
-        completion, event = (False, True, [("finish_write", b"1")]), (False, True, 1)
-        want = [completion, event, (False, True)]
-        assert done.stdout.strip().splitlines()[-1] == repr(want)

@@ -93,13 +93,23 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         "host-functions",
-        "a C host function on a stream, or none",
-        ("runtime.py:host_function_launcher", "_recorders.cpp"),
-        "cudaLaunchHostFunc, aclrtLaunchCallback (the emulator's launch_host_func)",
-        "TestStreamOrder, TestEventIpcOrdering",
+        "a C host function on a stream: launched, on a subscribed thread, or none",
+        (
+            "runtime.py:host_function_model",
+            "runtime.py:host_function_launcher",
+            "runtime.py:report_processing",
+            "_recorders.cpp",
+        ),
+        "cudaLaunchHostFunc; aclrtSubscribeReport, aclrtLaunchCallback, "
+        "aclrtProcessReport (the emulator's `_HOST_FUNCS` models)",
+        "TestHostFunctionModels, TestStreamOrder, TestEventIpcOrdering",
         "host functions",
         needs="runtime",
-        sample=(("runtime.py:host_function_launcher", "host_func_launcher"),),
+        sample=(
+            ("runtime.py:host_function_model", "host_func_launcher"),
+            ("runtime.py:host_function_launcher", "host_func_launcher"),
+            ("runtime.py:report_processing", "report_subscriber"),
+        ),
     ),
     Step(
         "pinning",

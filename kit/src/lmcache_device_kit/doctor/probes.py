@@ -119,18 +119,29 @@ def stream_sync(spec: Any) -> Outcome:
 
 
 def host_functions(spec: Any, holds_sample: bool) -> Outcome:
-    launcher = plugin_module("runtime").host_function_launcher()
-    if launcher is None:
+    runtime = plugin_module("runtime")
+    model = runtime.host_function_model()
+    if model not in runtime.HOST_FUNCTION_MODELS:
+        return Outcome(
+            False,
+            f"host_function_model gave {model!r}",
+            f"return one of {sorted(runtime.HOST_FUNCTION_MODELS)}",
+        )
+    if model == "none":
         if holds_sample:
             return Outcome(None, "no host-function launch (the sample's answer)")
         return Outcome(True, "none declared: a publish waits for a synchronize")
-    if not isinstance(launcher, int) or launcher == 0:
+    addresses = [runtime.host_function_launcher()]
+    if model == "subscribed":
+        addresses += list(runtime.report_processing() or [None, None])
+    if not all(isinstance(a, int) and a != 0 for a in addresses):
         return Outcome(
             False,
-            f"host_function_launcher gave {launcher!r}",
-            "return the launch function's address as an int, or None",
+            f"model {model!r}, but the launch functions' addresses are {addresses!r}",
+            "return each function's address as an int (runtime.py's TODO(vendor))",
         )
-    return Outcome(True, f"launcher at {launcher:#x}: recorders publish from C")
+    where = "on a subscribed thread of the plugin's" if model == "subscribed" else ""
+    return Outcome(True, f"model {model!r}: recorders publish from C {where}".strip())
 
 
 def _pinned(spec: Any, size: int) -> tuple[Any, int, Callable[[], object]]:

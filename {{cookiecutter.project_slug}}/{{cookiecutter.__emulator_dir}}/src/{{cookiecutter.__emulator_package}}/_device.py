@@ -44,8 +44,9 @@ LATENCY_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_LATENCY_US"
 #: device halfway: every later call on it fails, and events recorded on it fail in every
 #: process). ``inject_faults()`` changes them.
 FAULTS_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_FAULTS"
-#: ``0``: a runtime without host functions, as torch_npu and torch_musa are: no
-#: ``host_func_launcher`` (code that publishes after a stream's work synchronizes it).
+#: How host functions run (``_streams.HOST_FUNCTION_MODELS``): ``launch`` (default),
+#: ``subscribed`` (Ascend's), ``0`` (none, as torch_npu and torch_musa: no
+#: ``host_func_launcher``; code that publishes after a stream's work synchronizes it).
 HOST_FUNCS_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_HOST_FUNCS"
 #: ``0``: IPC memory not ported yet (day one): no ``ipc_{export,open,close}_handle``.
 IPC_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_IPC"
@@ -249,7 +250,6 @@ def _install() -> types.ModuleType:
         "stream": _streams.stream,
         "stream_handle": _streams.stream_handle,
         "synchronize_stream_handle": lambda handle: _ext.synchronize_handle(handle),
-        "host_func_launcher": _streams.host_func_launcher,
         "kernel_launcher": _streams.kernel_launcher,
         "hold_stream": _streams.hold_stream,
         "get_device_properties": get_device_properties,
@@ -271,8 +271,7 @@ def _install() -> types.ModuleType:
         "_is_in_bad_fork": lambda: False,
         "is_emulator": True,
     }
-    if os.environ.get(HOST_FUNCS_ENV_VAR) == "0":
-        del members["host_func_launcher"]
+    members |= _streams.host_function_members(os.environ.get(HOST_FUNCS_ENV_VAR, ""))
     if os.environ.get(IPC_ENV_VAR) == "0":
         for name in ("ipc_export_handle", "ipc_open_handle", "ipc_close_handle"):
             del members[name]

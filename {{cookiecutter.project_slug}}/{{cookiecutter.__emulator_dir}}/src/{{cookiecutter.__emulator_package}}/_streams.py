@@ -10,7 +10,9 @@ events are exported by handle and go stale when their exporter destroys them.
 
 ``host_func_launcher`` and ``kernel_launcher`` give native code the addresses
 of C launch entry points (a runtime's ``cudaLaunchHostFunc`` and
-``cudaLaunchKernel``): no Python runs on a stream. ``hold_stream`` is a test
+``cudaLaunchKernel``): no Python runs on a stream; with the subscribed model,
+``report_subscriber`` and ``report_processor`` give those of Ascend's
+``aclrtSubscribeReport`` and ``aclrtProcessReport``. ``hold_stream`` is a test
 facility, no runtime's API.
 
 Must not import the rest of the emulator: ``_device`` binds the compiled
@@ -138,6 +140,34 @@ def host_func_launcher() -> int:
     stream, as a runtime's binding may, and reports one that takes it (a deadlock on
     such a runtime) instead of hanging (``csrc/launch.cpp``)."""
     return int(_ext.host_func_launcher())
+
+
+#: The host-function models the emulator runs (``..._HOST_FUNCS``), each with the
+#: runtimes it stands for.
+HOST_FUNCTION_MODELS = {
+    "launch": "CUDA's cudaLaunchHostFunc: runs on the stream",
+    "subscribed": "Ascend's aclrtLaunchCallback: runs on a thread subscribed to the "
+    "stream (report_subscriber) that processes reports (report_processor)",
+    "0": "none, as torch_npu and torch_musa: synchronize, then publish",
+}
+
+
+def host_function_members(model: str) -> dict[str, Any]:
+    """The members ``model`` gives ``torch.<device>`` ("" or "1": ``launch``)."""
+    model = {"": "launch", "1": "launch"}.get(model, model)
+    if model not in HOST_FUNCTION_MODELS:
+        raise ValueError(
+            f"{{ cookiecutter.__emulator_env_var }}_HOST_FUNCS={model!r}: choose one of "
+            f"{sorted(HOST_FUNCTION_MODELS)}"
+        )
+    if model == "0":
+        return {}
+    _ext.set_host_function_model(model)
+    members: dict[str, Any] = {"host_func_launcher": host_func_launcher}
+    if model == "subscribed":
+        members["report_subscriber"] = lambda: int(_ext.report_subscriber())
+        members["report_processor"] = lambda: int(_ext.report_processor())
+    return members
 
 
 class StreamHold:

@@ -142,11 +142,13 @@ void without_gil(const std::function<void()>&
 Worker* worker_of_handle(int64_t handle);  // the stream a native handle names
 c10::DeviceIndex worker_device(Worker* worker);
 // Host functions (launch.cpp) queued on `worker` and not returned yet, and for
-// how long the one running now has run (0 if none).
+// how long the one running now has run (0 if none); `unprocessed`: for how long
+// the stream has waited for a subscribed thread to take one (the subscribed
+// model).
 int pending_host_functions(Worker* worker);
-double host_function_running_for(Worker* worker);
-// A stream wait that keeps the GIL reports a deadlock once a host function of
-// its stream has run this long.
+double host_function_running_for(Worker* worker, bool unprocessed = false);
+// A stream wait reports a deadlock once a host function of its stream has run
+// this long while the waiter keeps the GIL, or waited this long for a thread.
 constexpr double kHostFunctionDeadlockSeconds = 1.0;
 bool query_worker(Worker* worker);  // everything enqueued has run
 

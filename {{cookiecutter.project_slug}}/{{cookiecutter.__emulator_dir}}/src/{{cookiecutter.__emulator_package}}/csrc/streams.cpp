@@ -168,15 +168,28 @@ void wait_ticket(Worker* worker, uint64_t ticket) {
               "with cudaLaunchHostFunc)");
   std::string failure;
   auto done = [&] { return worker->completed >= ticket; };
-  if (Py_IsInitialized() && PyGILState_Check() &&
-      pending_host_functions(worker) > 0) {
+  const bool gil = Py_IsInitialized() && PyGILState_Check();
+  if (pending_host_functions(worker) > 0) {
     // Keep the GIL, as a runtime's binding may (launch.cpp): a host function
-    // that takes it never returns, which is reported rather than hung on.
+    // that takes it never returns, and one that no subscribed thread takes
+    // never runs; each is reported rather than hung on.
     std::unique_lock<std::mutex> lock(worker->mutex);
     while (
         !worker->changed.wait_for(lock, std::chrono::milliseconds(20), done)) {
       TORCH_CHECK(
-          host_function_running_for(worker) < kHostFunctionDeadlockSeconds,
+          host_function_running_for(worker, true) <
+              kHostFunctionDeadlockSeconds,
+          "hang: a host function on emulated stream ", worker->id, " of ",
+          c10::Device(kDevice, worker->device), " has waited ",
+          kHostFunctionDeadlockSeconds,
+          " s for a host thread to run it. On this runtime (Ascend's model) "
+          "a callback runs only on a thread subscribed to its stream "
+          "(aclrtSubscribeReport) that processes reports in a loop "
+          "(aclrtProcessReport): subscribe one per stream before launching "
+          "(runtime.py's host_function_model 'subscribed', _recorders.cpp)");
+      TORCH_CHECK(
+          !gil ||
+              host_function_running_for(worker) < kHostFunctionDeadlockSeconds,
           "deadlock: this thread holds the GIL while it waits for emulated "
           "stream ",
           worker->id, " of ", c10::Device(kDevice, worker->device),
