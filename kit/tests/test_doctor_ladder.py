@@ -101,6 +101,7 @@ def test_a_site_that_still_calls_the_emulators_function_holds_the_sample(
         "host_function_model calls torch.cpu.host_func_launcher",
         "host_function_launcher calls torch.cpu.host_func_launcher",
         "report_processing calls torch.cpu.report_subscriber",
+        "report_processing calls torch.cpu.report_processor",
     ]
     plugin(PORTED_RUNTIME)
     assert port.holds_sample(host_functions) == []  # type: ignore[arg-type]

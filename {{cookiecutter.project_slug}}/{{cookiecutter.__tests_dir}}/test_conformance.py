@@ -127,7 +127,7 @@ class TestStreamOrder(stream_order.BaseStreamOrderTests):
     pass
 
 
-class TestHostFunctionModels(host_function_models.BaseHostFunctionModelTests):
+class TestHostFunctionModels(host_function_models.BaseHostFunctionModelsTests):
     pass
 
 

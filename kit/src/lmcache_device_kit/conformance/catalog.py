@@ -74,7 +74,7 @@ BASES: tuple[type[ConformanceTests], ...] = (
     lmcache_driven.BaseTransferRoutingTests,
     lmcache_driven.BaseLMCacheDrivenTests,
     stream_order.BaseStreamOrderTests,
-    host_function_models.BaseHostFunctionModelTests,
+    host_function_models.BaseHostFunctionModelsTests,
     ops_parity.BaseOpsParityTests,
     ops_pointers.BaseOpsPointerTests,
     native_ops.BaseNativeOpsTests,

@@ -35,7 +35,7 @@ from lmcache_device_kit.conformance.streams import SETTLE
 from lmcache_device_kit.conformance.support import run_python
 
 
-class BaseHostFunctionModelTests(ConformanceTests):
+class BaseHostFunctionModelsTests(ConformanceTests):
     """What each host-function model runs, and what it refuses."""
 
     def test_a_host_function_that_takes_the_gil_is_a_deadlock_a_wait_reports(

@@ -101,7 +101,7 @@ STEPS: tuple[Step, ...] = (
             "_recorders.cpp",
         ),
         "cudaLaunchHostFunc; aclrtSubscribeReport, aclrtLaunchCallback, "
-        "aclrtProcessReport (the emulator's `_HOST_FUNCS` models)",
+        "aclrtProcessReport (the emulator's _HOST_FUNCS models)",
         "TestHostFunctionModels, TestStreamOrder, TestEventIpcOrdering",
         "host functions",
         needs="runtime",
@@ -109,6 +109,7 @@ STEPS: tuple[Step, ...] = (
             ("runtime.py:host_function_model", "host_func_launcher"),
             ("runtime.py:host_function_launcher", "host_func_launcher"),
             ("runtime.py:report_processing", "report_subscriber"),
+            ("runtime.py:report_processing", "report_processor"),
         ),
     ),
     Step(

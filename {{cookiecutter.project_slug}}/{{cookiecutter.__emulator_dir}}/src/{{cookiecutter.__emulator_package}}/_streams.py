@@ -157,8 +157,8 @@ def host_function_members(model: str) -> dict[str, Any]:
     model = {"": "launch", "1": "launch"}.get(model, model)
     if model not in HOST_FUNCTION_MODELS:
         raise ValueError(
-            f"{{ cookiecutter.__emulator_env_var }}_HOST_FUNCS={model!r}: choose one of "
-            f"{sorted(HOST_FUNCTION_MODELS)}"
+            "{{ cookiecutter.__emulator_env_var }}_HOST_FUNCS="
+            f"{model!r}: set it to one of {sorted(HOST_FUNCTION_MODELS)}"
         )
     if model == "0":
         return {}
