@@ -40,7 +40,8 @@ MAX_LINES = 300
 EMULATOR_FILES = (
     "__init__.py", "_cache.py", "_counters.py", "_device.py", "_record.py", "_streams.py", "csrc/counters.cpp",
     "csrc/emulator.h", "csrc/events.cpp", "csrc/faults.cpp", "csrc/guard.cpp", "csrc/host_device.cpp",
-    "csrc/host_memory.cpp", "csrc/launch.cpp", "csrc/memory.cpp", "csrc/ops.cpp", "csrc/streams.cpp",
+    "csrc/host_memory.cpp", "csrc/ipc.cpp", "csrc/kernels.cpp", "csrc/launch.cpp", "csrc/memory.cpp", "csrc/ops.cpp",
+    "csrc/streams.cpp",
 )  # fmt: skip
 
 

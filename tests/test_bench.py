@@ -209,14 +209,14 @@ def test_a_profile_charges_samples_to_the_transfer_not_to_the_benchmarks_own_wai
 
     wait = "_bootstrap (threading.py:1012);main (bench_worker.py:190);run (bench_worker.py:117);join (threading.py:1119)"
     server = "_bootstrap (threading.py:1012);wait (lmcache/v1/multiprocess/futures.py:86)"
-    kernel = "0x7f00;start_thread (libc.so.6);block_copy_device_ids (_kernels.so)"
+    kernel = "0x7f00;start_thread (libc.so.6);block_copy_kernel (_kernels.so)"
     idle = "0x7f00;start_thread (libc.so.6);worker_loop (emulator.so);pthread_cond_wait (libc.so.6)"
     timed = "0x7f00;start_thread (libc.so.6);poll_loop (libzmq.so);pthread_cond_timedwait (libc.so.6)"
     path = tmp_path / "rank0.txt"
     path.write_text(f"{wait} 700\n{server} 200\n{kernel} 100\n{idle} 5000\n{timed} 900\n")
     assert bench_profile.top_frames(path) == [
         "66.7% wait (lmcache/v1/multiprocess/futures.py:86)",
-        "33.3% block_copy_device_ids (_kernels.so)",
+        "33.3% block_copy_kernel (_kernels.so)",
     ]
 
 

@@ -22,9 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 # Third Party
-{%- if cookiecutter.lmcache_driven != 'no' %}
-from torch.utils.weak import WeakTensorKeyDictionary
-{%- endif %}
 import torch
 
 # Local
@@ -141,7 +138,8 @@ def tensor_plan(
             if address is None:
                 return None  # no kernel reaches this runtime's pinned memory
             addresses[index] = address
-    ids = block_ids.tolist() if isinstance(block_ids, torch.Tensor) else list(block_ids)
+    num_blocks = first.shape[block_dim]
+    positions = len(addresses) * (chunk_size // bs)
     arguments = (
         [t.data_ptr() for t in paged],
         first.stride(plane_dim) * element if plane_dim is not None else 0,
@@ -150,8 +148,8 @@ def tensor_plan(
         1 if plane_dim is None else 2,
         addresses,
         chunk_size // bs,
-        ids,
-        first.shape[block_dim],  # the kernel's host side checks each id against it
+        _device_ids(block_ids, on_device[0], num_blocks, skip, positions),
+        num_blocks,
         skip,
         is_d2h,
     )
@@ -175,17 +173,19 @@ def pointer_plan(
     engine_kv_format: compat.EngineKVFormat,
     skip: int,
 ) -> Plan:
-    """``_kernels.block_copy_device_ids`` for the LMCache-driven server: ``paged`` is a
-    table of layer addresses, each layer in its format's shape, its blocks
+    """``_kernels.block_copy_table`` for the LMCache-driven server: ``paged`` is a
+    device table of layer addresses, each layer in its format's shape, its blocks
     ``shape_desc.block_stride_elems`` apart when LMCache sets it (padded blocks);
-    ``objects`` are chunk addresses in the staging buffer; device-resident block ids
-    are read by the kernel, as LMCache's CUDA kernel reads them (a host read would
-    wait for the device at every batch)."""
+    ``objects`` are chunk addresses in the staging buffer. The table and the block
+    ids are read by the kernel where they are, as LMCache's CUDA kernel reads them
+    (a host read would wait for the device at every batch)."""
     name = getattr(engine_kv_format, "name", "")
     layout = (None, 0) if name == PLANE_TUPLES else LAYOUTS.get(name)
     if layout is None or not isinstance(paged, torch.Tensor) or paged.dim() != 1:
         return None
     if paged.dtype not in (torch.int64, torch.uint64) or not paged.numel():
+        return None
+    if paged.device.type != DEVICE_TYPE or not paged.is_contiguous():
         return None
     if not objects or not all(isinstance(o, int) for o in objects):
         return None
@@ -196,14 +196,9 @@ def pointer_plan(
     is_d2h = int(direction) == int(compat.TransferDirection.D2H)
     if not is_d2h and int(direction) != int(compat.TransferDirection.H2D):
         return None
-    layers = _host_table(paged)
-    if name == PLANE_TUPLES:
-        layers = layers[0::2] + layers[1::2]
     on_device = torch.device(device)
     if on_device.index is None:
-        runtime = getattr(torch, TORCH_MODULE_NAME)
-        on_device = torch.device(DEVICE_TYPE, runtime.pointer_device(layers[0]))
-    ids = _device_ids(block_ids, on_device)
+        on_device = paged.device  # the server's table is on the transfer's device
     itemsize = compat.infer_kv_dtype(None, None, shape_desc).itemsize
     block = bs * hidden * itemsize  # the bytes of one block (and plane), moved whole
     announce_pointer_mode("native kernels")
@@ -220,21 +215,22 @@ def pointer_plan(
     elif layout[0] == 1:
         stride = 2 * step
     planes = 1 if layout[0] is None else 2
-    chunk_bytes = planes * len(layers) * chunk_size // bs * block
+    chunk_bytes = planes * paged.numel() * chunk_size // bs * block
     arguments = (
-        layers,
+        paged,
+        name == PLANE_TUPLES,  # [K0, V0, K1, V1, ...]: the kernel takes Ks, then Vs
         plane,
         stride,
         block,
         planes,
         [_object_address(int(o), chunk_bytes, on_device.index) for o in objects],
         chunk_size // bs,
-        ids,
+        _device_ids(block_ids, on_device),
         nb,
         skip,
         is_d2h,
     )
-    return _kernels.block_copy_device_ids, on_device, arguments
+    return _kernels.block_copy_table, on_device, arguments
 
 
 def _object_address(address: int, nbytes: int, device: int) -> int:
@@ -253,30 +249,28 @@ def _object_address(address: int, nbytes: int, device: int) -> int:
             "host memory. Pin the chunks' buffer through this plugin's pin backend."
         )
     return host
-
-
-#: Host copies of LMCache's pointer tables, by table: the server passes the same
-#: device tensor, never rewritten, for every transfer of a cache context.
-_tables = WeakTensorKeyDictionary()
-
-
-def _host_table(table: torch.Tensor) -> list[int]:
-    """The layer addresses of a pointer table, read from the device once per table."""
-    cached = _tables.get(table)
-    if cached is None or cached[0] != table._version:
-        cached = _tables[table] = (table._version, [int(a) for a in table.tolist()])
-    return cached[1]
+{%- endif %}
 
 
 def _device_ids(
-    block_ids: torch.Tensor | list[int], device: torch.device
+    block_ids: torch.Tensor | list[int],
+    device: torch.device,
+    num_blocks: int = 0,
+    skip: int = 0,
+    positions: int = 0,
 ) -> torch.Tensor:
-    """The block ids as a contiguous int64 tensor on the device (copied there if the
-    caller's are on the host); the kernel checks each against the block count. The
-    server's ids already are: a no-op ``.to``/``.reshape`` still costs a dispatch."""
+    """The block ids as a contiguous int64 tensor on the device, where the kernel reads
+    (and checks) them. Ids on the host are checked here first, up to ``positions``
+    past ``skip`` (IndexError, as LMCache's baseline raises), then copied in stream
+    order (no wait: the host's copy is captured). The server's are on the device
+    already: a no-op ``.to``/``.reshape`` still costs a dispatch."""
     if isinstance(block_ids, torch.Tensor) and block_ids.device.type == DEVICE_TYPE:
         ids = block_ids if block_ids.dtype == torch.int64 else block_ids.to(torch.int64)
         ids = ids if ids.dim() == 1 else ids.reshape(-1)
         return ids if ids.is_contiguous() else ids.contiguous()
-    return torch.as_tensor(block_ids, dtype=torch.int64).reshape(-1).to(device)
-{%- endif %}
+    on_host = block_ids.tolist() if isinstance(block_ids, torch.Tensor) else block_ids
+    host = list(on_host)
+    bad = [i for i in host[skip:positions] if not 0 <= i < num_blocks]
+    if bad:
+        raise IndexError(f"block id {bad[0]} out of range [0, {num_blocks})")
+    return torch.tensor(host, dtype=torch.int64).to(device, non_blocking=True)

@@ -125,10 +125,11 @@ def lmcache_memcpy_async(
     host_buffer_offset: int,
     host_buffer_alignments: int,
 ) -> None:
-    """Native version of ``torch_ops.lmcache_memcpy_async``: for raw pointers, one copy
-    kernel per pinned registration the host range crosses (``_host_pieces``), given
-    the piece's device address (``_kernel_host_address``). A pageable piece is
-    copied by the ops class's ``copy_`` instead, synchronously: no kernel reads it.
+    """Native version of ``torch_ops.lmcache_memcpy_async``: for raw pointers, one
+    async copy by the runtime's copy engine (``_kernels.memcpy_async``, as LMCache's
+    CUDA backend uses cudaMemcpyAsync) per pinned registration the host range crosses
+    (``_host_pieces``). A pageable piece is copied by the ops class's ``copy_``
+    instead, synchronously: no copy engine reads it later.
     TODO(vendor): ``pointer_device`` is the emulator's: ask your runtime which device
     owns ``on_device`` (cudaPointerGetAttributes)."""
     if isinstance(dest, int) and isinstance(src, int) and nbytes > 0:
@@ -143,17 +144,16 @@ def lmcache_memcpy_async(
         to_device = int(direction) == int(_compat.TransferDirection.H2D)
         on_device, on_host = (dest, src) if to_device else (src, dest)
         device = torch.device(DEVICE_TYPE, _runtime().pointer_device(on_device))
-        launch = _launch_on(device)
+        copier, stream = _copy_on(device)
         pieces = _host_pieces(nbytes, host_buffer_offset, host_buffer_alignments)
         for start, size in pieces:
-            host = _kernel_host_address(on_host + start, size, device.index)
-            if host is None:
+            if _kernel_host_address(on_host + start, size, device.index) is None:
                 offset = host_buffer_offset + start
                 piece = (dest + start, src + start, size, direction, offset)
                 _class_op("lmcache_memcpy_async", *piece, host_buffer_alignments)
                 continue
-            ends = (on_device + start, host) if to_device else (host, on_device + start)
-            _kernels.copy_bytes(*launch, *ends, size)
+            kind = 1 if to_device else 2  # cudaMemcpyHostToDevice, ...DeviceToHost
+            _kernels.memcpy_async(copier, dest + start, src + start, size, kind, stream)
         return
     paths_taken["lmcache_memcpy_async:fallback"] += 1
     torch_ops.lmcache_memcpy_async(
@@ -233,10 +233,8 @@ def _launches_kernels() -> bool:
     TODO(vendor): True once ``_launch_on`` calls your runtime's launch.
     """
     runtime = getattr(torch, TORCH_MODULE_NAME, None)  # None: no device (discovery)
-    return all(
-        callable(getattr(runtime, name, None))
-        for name in ("kernel_launcher", "kernel_address_translator", "stream_handle")
-    )
+    names = ("kernel_launcher", "kernel_address_translator", "memcpy_async_launcher")
+    return all(callable(getattr(runtime, n, None)) for n in (*names, "stream_handle"))
 
 
 def _launch_on(device: torch.device) -> tuple[int, int, int]:
@@ -249,6 +247,16 @@ def _launch_on(device: torch.device) -> tuple[int, int, int]:
     runtime = _runtime()
     stream = runtime.stream_handle(runtime.current_stream(device))
     return runtime.kernel_launcher(), stream, runtime.kernel_address_translator()
+
+
+def _copy_on(device: torch.device) -> tuple[int, int]:
+    """(async copy, stream handle): copy on ``device``'s current stream.
+
+    TODO(vendor): your runtime's async copy (cudaMemcpyAsync) and stream pointer.
+    """
+    runtime = _runtime()
+    stream = runtime.stream_handle(runtime.current_stream(device))
+    return runtime.memcpy_async_launcher(), stream
 
 
 def _class_op(name: str, *args: object) -> None:

@@ -166,14 +166,14 @@ class TestSampleMessages(ConformanceTests):
     def test_the_device_ids_kernel_names_the_block_id_outside_the_cache(
         self, native: Any, device: Any
     ) -> None:
-        """``block_copy_device_ids`` reads its ids on the device: one outside the cache
-        fails the stream, and the next synchronization names it and the cache's range;
-        no block is copied."""
+        """``block_copy`` reads its ids on the device: one outside the cache fails the
+        stream, and the next synchronization names it and the cache's range; no block
+        is copied."""
         block, blocks = 16, 4
         layer = torch.ones(blocks * block, dtype=torch.uint8, device=DEVICE)
         chunk = torch.zeros(2 * block, dtype=torch.uint8, device=DEVICE)
         ids = torch.tensor([1, blocks], dtype=torch.long, device=DEVICE)
-        native._kernels.block_copy_device_ids(
+        native._kernels.block_copy(
             *native._launch_on(torch.device(DEVICE, 0)),
             [layer.data_ptr()],
             0,

@@ -32,6 +32,7 @@ import torch
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit import counters as kit_counters
 from lmcache_device_kit.conformance.base import ConformanceTests
+from lmcache_device_kit.conformance.host_memory import device_ops, transfer_direction
 from lmcache_device_kit.conformance.native_contract import transfers
 from lmcache_device_kit.conformance.native_transfers import gather_into, scatter
 from lmcache_device_kit.conformance.support import (
@@ -41,6 +42,7 @@ from lmcache_device_kit.conformance.support import (
     KV_LAYOUTS,
     LAYERS,
     NH,
+    page_aligned,
     run_python,
     seeded_kv,
 )
@@ -52,6 +54,12 @@ FREE = ctypes.cast(ctypes.CDLL(None).free, ctypes.c_void_p).value
 LAUNCH = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
 )
+#: A kernel launch: (stream, kernel, parameter block, its bytes).
+KERNEL = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64
+)
+#: libc's ``time``: as a kernel, it writes 8 bytes into its parameter block.
+TIME = ctypes.cast(ctypes.CDLL(None).time, ctypes.c_void_p).value
 
 
 class Counted:
@@ -135,8 +143,10 @@ class BaseEmulatorCountersTests(ConformanceTests):
         self, emulator: Any
     ) -> None:
         handle = emulator.stream_handle(emulator.current_stream())
+        params = ctypes.c_int64(0)
         with counted(emulator) as kernel:
-            assert LAUNCH(emulator.kernel_launcher())(handle, FREE, None) == 0
+            launch = KERNEL(emulator.kernel_launcher())
+            assert launch(handle, TIME, ctypes.addressof(params), 8) == 0
         assert kernel.did == {"launches": 1}
         if not hasattr(emulator, "host_func_launcher"):
             return  # a runtime without host functions (the emulator's option)
@@ -158,7 +168,8 @@ class BaseEmulatorCountersTests(ConformanceTests):
         self, emulator: Any, native: Any, pinned: bool
     ) -> None:
         """The kernels' copies, through the address translator: every KV byte of the
-        blocks once, across the device boundary, one launch per native op call.
+        blocks once, across the device boundary, besides the block ids the kernels read
+        on the device; one launch per native op call (up to four chunks each).
         Pageable chunks are copied by the ops class instead (no kernel reads them)."""
         shape, hints = KV_LAYOUTS["flash_nhd"]
         kv = {k: v.to(device()) for k, v in seeded_kv(shape, seed=21).items()}
@@ -170,14 +181,39 @@ class BaseEmulatorCountersTests(ConformanceTests):
         with counted(emulator) as store:
             gather_into(kv, BLOCK_IDS, 2, layout_hints=hints, out=out)
         calls = transfers(native)["native"] - calls
+        ids = 8 * len(BLOCK_IDS) * calls  # the block ids the kernels read on the device
         assert calls >= 1 and store.did.get("bytes_d2h") == payload, store.did
-        assert not {"bytes_h2d", "bytes_d2d", "bytes_h2h"} & set(store.did)
+        assert store.did.get("bytes_h2d", 0) <= ids, store.did
+        assert not {"bytes_d2d", "bytes_h2h"} & set(store.did)
         if pinned:
             assert store.did.get("launches") == calls, store.did
         with counted(emulator) as load:
             scatter(kv, BLOCK_IDS, out, 2, layout_hints=hints)
-        assert load.did.get("bytes_h2d") == payload, load.did
+        assert payload <= load.did.get("bytes_h2d", 0) <= payload + ids, load.did
         assert not {"bytes_d2h", "bytes_d2d", "bytes_h2h"} & set(load.did)
+
+    def test_a_pointer_copy_is_one_async_copy_per_registration_and_no_launch(
+        self, emulator: Any, native: Any, lmcache_driven: Any
+    ) -> None:
+        """Pointer-mode lmcache_memcpy_async (the LMCache-driven server's staging
+        copies) goes through the runtime's copy engine, as LMCache's CUDA backend
+        uses cudaMemcpyAsync: one async copy per pinned registration the range
+        crosses, and no kernel (a copy kernel over mapped host memory spends the
+        device's compute on what its copy engine does)."""
+        ops, h2d = device_ops(), transfer_direction().H2D
+        registered, half = page_aligned(MIB, 3), MIB // 2
+        pins = lmcache_driven.pin_memory_backend()
+        halves = [registered.data_ptr(), registered.data_ptr() + half]
+        assert all(pins.pin_memory(address, half) for address in halves)
+        on_device = torch.zeros(MIB, dtype=torch.uint8, device=device())
+        try:
+            with counted(emulator) as copied:
+                ops.lmcache_memcpy_async(
+                    on_device.data_ptr(), halves[0], MIB, h2d, 0, half
+                )
+        finally:
+            assert all(pins.unpin_memory(address) for address in halves)
+        assert copied.did == {"bytes_h2d": MIB, "copies": 2}, copied.did
 
 
 PROGRAM = """

@@ -153,6 +153,67 @@ print("read it", flush=True)
             backend.wait_event(backend.import_event(handle, device), waiting)
         waiting.synchronize()
 
+    def test_a_kernel_gets_a_copy_of_its_bounded_parameter_block_made_at_launch(
+        self, emulator: Any
+    ) -> None:
+        """A runtime copies a launch's arguments when it is called, into a bounded
+        parameter space (cudaLaunchKernel): the kernel runs on its copy, the caller's
+        block is poisoned once the launch returns (a kernel that kept a pointer to it
+        reads garbage, as a device would), and a block past the bound is refused."""
+        # Standard
+        import ctypes
+
+        i64 = ctypes.c_int64
+        launch = ctypes.CFUNCTYPE(
+            ctypes.c_int, i64, ctypes.c_void_p, ctypes.c_void_p, i64
+        )(emulator.kernel_launcher())
+        stream = emulator.current_stream()
+        handle = emulator.stream_handle(stream)
+        writes_its_argument = ctypes.cast(ctypes.CDLL(None).time, ctypes.c_void_p)
+        params, poison = (
+            (i64 * 2)(7, 7),
+            int.from_bytes(b"\xa5" * 8, "little", signed=True),
+        )
+        with held(stream):
+            assert launch(handle, writes_its_argument, params, 16) == 0
+            assert list(params) == [poison, poison]
+        stream.synchronize()
+        assert list(params) == [poison, poison], "the kernel wrote the caller's block"
+        too_large = (ctypes.c_char * 4097)()
+        assert launch(handle, writes_its_argument, too_large, 4097) == -2
+
+    def test_an_async_copy_reads_pinned_memory_in_stream_order_and_fails_on_pageable(
+        self, emulator: Any
+    ) -> None:
+        """The copy engine (cudaMemcpyAsync) reads pinned host memory at its host
+        address when the copy runs, and device memory freed on the host meanwhile
+        stays valid for it (frees are stream-ordered, as torch's caching allocators
+        free); pageable memory fails the copy's stream."""
+        # Standard
+        import ctypes
+
+        i64 = ctypes.c_int64
+        copy = ctypes.CFUNCTYPE(ctypes.c_int, i64, i64, i64, i64, i64)(
+            emulator.memcpy_async_launcher()
+        )
+        stream, device = emulator.current_stream(), kit_backend.current().device_type
+        handle = emulator.stream_handle(stream)
+        source = torch.arange(256, dtype=torch.int32, device=device)
+        pinned = torch.zeros(256, dtype=torch.int32).pin_memory()
+        with held(stream):
+            assert copy(pinned.data_ptr(), source.data_ptr(), 1024, 2, handle) == 0
+            del source  # freed while the copy is queued
+            assert int(pinned.count_nonzero()) == 0
+        stream.synchronize()
+        assert pinned.tolist() == list(range(256))
+        target = torch.zeros(256, dtype=torch.int32, device=device)
+        pageable = torch.ones(256, dtype=torch.int32)
+        assert copy(target.data_ptr(), pageable.data_ptr(), 1024, 1, handle) == 0
+        with pytest.raises(RuntimeError, match="pageable host memory"):
+            stream.synchronize()
+        emulator.inject_faults()  # the stream healthy again
+        assert int(target.count_nonzero()) == 0
+
     @pytest.mark.publishes
     def test_completions_and_events_are_published_only_after_the_streams_queued_work(  # noqa: E501
         self, runtime: Any, lmcache_driven: Any

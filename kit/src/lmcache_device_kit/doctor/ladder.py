@@ -220,17 +220,21 @@ STEPS: tuple[Step, ...] = (
         (
             "native_ops.py:_launches_kernels",
             "native_ops.py:_launch_on",
+            "native_ops.py:_copy_on",
             "native_ops.py:lmcache_memcpy_async",
             "_kernels.cpp:Launch",
+            "_kernels.cpp:MemcpyAsync",
         ),
-        "cudaLaunchKernel, aclrtLaunchKernel on the current stream (the "
-        "emulator's kernel_launcher); the device that owns a pointer",
+        "cudaLaunchKernel, aclrtLaunchKernel with a bounded parameter block, and "
+        "cudaMemcpyAsync, aclrtMemcpyAsync, on the current stream (the emulator's "
+        "kernel_launcher, memcpy_async_launcher); the device that owns a pointer",
         "TestNativeOps, TestNativeTransfers",
         "native ops",
         needs="native_ops",
         sample=(
             ("native_ops.py:_launches_kernels", "kernel_launcher"),
             ("native_ops.py:_launch_on", "kernel_launcher"),
+            ("native_ops.py:_copy_on", "memcpy_async_launcher"),
             ("native_ops.py:lmcache_memcpy_async", "pointer_device"),
         ),
     ),

@@ -23,7 +23,8 @@ is no reset. Each counter, as the emulator counts it:
   counted: copies between CPU tensors (the emulator never sees them, so
   ``bytes_h2h`` holds kernels' host-to-host copies only) and what an in-place
   device op writes.
-* ``copies``: copies run (as above; a kernel is a launch, not a copy).
+* ``copies``: copies run (as above, and async copies through ``memcpy_async_launcher``;
+  a kernel is a launch, not a copy).
 * ``launches``: kernels launched through ``kernel_launcher``.
 * ``device_ops``: torch ops on device tensors without a kernel of the emulator's
   (index_select, index_copy_, arithmetic, ...): each is at least one kernel launch

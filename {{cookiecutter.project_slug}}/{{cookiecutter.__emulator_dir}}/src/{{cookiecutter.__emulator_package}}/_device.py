@@ -251,6 +251,7 @@ def _install() -> types.ModuleType:
         "stream_handle": _streams.stream_handle,
         "synchronize_stream_handle": lambda handle: _ext.synchronize_handle(handle),
         "kernel_launcher": _streams.kernel_launcher,
+        "memcpy_async_launcher": _streams.memcpy_async_launcher,
         "hold_stream": _streams.hold_stream,
         "get_device_properties": get_device_properties,
         "ipc_export_handle": ipc_export_handle,

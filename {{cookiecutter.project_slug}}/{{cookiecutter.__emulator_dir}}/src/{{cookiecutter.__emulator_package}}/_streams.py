@@ -8,12 +8,10 @@ forgets to wait for it reads stale bytes here as it would on hardware. Events
 complete when the work queued before their ``record()`` has run; interprocess
 events are exported by handle and go stale when their exporter destroys them.
 
-``host_func_launcher`` and ``kernel_launcher`` give native code the addresses
-of C launch entry points (a runtime's ``cudaLaunchHostFunc`` and
-``cudaLaunchKernel``): no Python runs on a stream; with the subscribed model,
-``report_subscriber`` and ``report_processor`` give those of Ascend's
-``aclrtSubscribeReport`` and ``aclrtProcessReport``. ``hold_stream`` is a test
-facility, no runtime's API.
+The ``*_launcher``, ``report_*`` members give native code the addresses of C
+entry points (``cudaLaunchHostFunc``, ``cudaLaunchKernel``, ``cudaMemcpyAsync``,
+Ascend's ``aclrtSubscribeReport`` and ``aclrtProcessReport``): no Python runs on a
+stream. ``hold_stream`` is a test facility, no runtime's API.
 
 Must not import the rest of the emulator: ``_device`` binds the compiled
 extension here (``bind``) once it is loaded.
@@ -190,13 +188,16 @@ def hold_stream(s: Any, seconds: float) -> StreamHold:
 
 
 def kernel_launcher() -> int:
-    """Address of
-    ``int emulator_launch(int64_t stream, void (*kernel)(void*), void* args)``.
-
-    Native code calls it where it would call its runtime's kernel launch:
-    ``kernel(args)`` runs on the stream's worker after the work queued before it.
-    """
+    """Address of ``int emulator_launch(int64_t stream, void (*kernel)(const void*),
+    void* params, int64_t params_bytes)``: ``kernel`` gets the launch's copy of the
+    parameter block (at most 4 KiB; the caller's is poisoned: ``csrc/kernels.cpp``)."""
     return int(_ext.kernel_launcher())
+
+
+def memcpy_async_launcher() -> int:
+    """Address of ``int emulator_memcpy_async(int64_t dst, int64_t src, int64_t
+    nbytes, int64_t kind, int64_t stream)`` (kind 1: to the device, 2: from it)."""
+    return int(_ext.memcpy_async_launcher())
 
 
 class Event(torch.Event):

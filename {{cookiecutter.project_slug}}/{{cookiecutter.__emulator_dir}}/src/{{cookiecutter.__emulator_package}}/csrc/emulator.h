@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -70,6 +71,8 @@ constexpr int kPrivate =
     -2;  // Mapping::fd of a small, non-exportable allocation
 constexpr int kClosed =
     -3;  // Mapping::fd of a closed import: its addresses stay reserved
+
+struct Worker;  // a stream (streams.cpp)
 struct Mapping {
   int fd;                       // the memfd, or kImported / kPrivate / kClosed
   size_t size;                  // bytes
@@ -77,8 +80,13 @@ struct Mapping {
   ino_t inode = 0;              // imports: the shared memory's identity
   int64_t pid = 0;              // imports: the exporting process
   char* shadow = nullptr;       // the host view of the bytes (none once closed)
+  Worker* stream = nullptr;     // allocations: the stream a free is ordered on
 };
 extern std::mutex g_mutex;  // guards the allocations
+extern std::map<uintptr_t, Mapping>
+    g_mappings;  // by device base address (ipc.cpp adds imports)
+void* reserve_addresses(size_t nbytes);   // device addresses, no access
+char* map_shared(int fd, size_t nbytes);  // a host view of shared memory
 const Mapping* find_holding(uintptr_t address,
                             uintptr_t* base = nullptr);  // caller holds g_mutex
 
@@ -151,6 +159,7 @@ double host_function_running_for(Worker* worker, bool unprocessed = false);
 // this long while the waiter keeps the GIL, or waited this long for a thread.
 constexpr double kHostFunctionDeadlockSeconds = 1.0;
 bool query_worker(Worker* worker);  // everything enqueued has run
+bool worker_idle(Worker* worker);   // the same, uncounted (the allocator's)
 
 // ------------------------------------------------------------------ events --
 // Handles are opaque (an Event* of events.cpp); interprocess ones can be

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// What native code launches on a stream, with a runtime's rules: kernels
-// (emulator_launch, a runtime's cudaLaunchKernel) and host functions
+// Host functions native code launches on a stream, with a runtime's rules
 // (emulator_launch_host_func, a runtime's cudaLaunchHostFunc: a C function
-// pointer and its argument, never a Python callable).  Both run on the
-// stream's worker (streams.cpp), after the work queued before them.
+// pointer and its argument, never a Python callable), run after the work
+// queued before them (kernels and async copies: kernels.cpp).
 //
 // Why host functions take only C pointers here: no vendor runtime runs Python
 // on a stream, and a host function that takes the GIL can deadlock against a
@@ -171,29 +170,6 @@ bool release_hold(int64_t id) {
 
 }  // namespace emulator
 
-// The kernel launch native code calls (a runtime's cudaLaunchKernel):
-// `kernel(args)` runs on the stream's worker, after the work queued before it.
-// `kernel` owns `args`.  Returns 0, or -1 for a handle that names no stream.
-extern "C" int emulator_launch(int64_t stream, void (*kernel)(void*),
-                               void* args) {
-  try {
-    emulator::Worker* worker = emulator::worker_of_handle(stream);
-    const c10::DeviceIndex device = emulator::worker_device(worker);
-    emulator::enqueue(worker, [kernel, args, device] {
-      if (emulator::take_transfer_fault()) {  // device_lost: the kernel never
-                                              // runs, the device is gone
-        emulator::lose_device(device);
-      }
-      emulator::kernel_starts();
-      kernel(args);
-    });
-    emulator::count(emulator::kLaunches);
-    return 0;
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
 // The host-function launch native code calls (a runtime's cudaLaunchHostFunc):
 // `fn(data)` runs on the stream's worker once the work queued before it is
 // done, without the GIL; on a failed stream it is dropped, as a runtime drops
@@ -288,8 +264,6 @@ void bind_launches(pybind11::module& m) {
         [] { return reinterpret_cast<int64_t>(&emulator_subscribe_report); });
   m.def("report_processor",
         [] { return reinterpret_cast<int64_t>(&emulator_process_report); });
-  m.def("kernel_launcher",
-        [] { return reinterpret_cast<int64_t>(&emulator_launch); });
   m.def("host_func_launcher",
         [] { return reinterpret_cast<int64_t>(&emulator_launch_host_func); });
   m.def("hold_stream", &hold_stream,

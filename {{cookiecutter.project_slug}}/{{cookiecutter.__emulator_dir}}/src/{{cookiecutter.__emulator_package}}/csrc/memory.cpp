@@ -16,8 +16,8 @@
 //   * allocations of 64 KiB and more live in memfd shared memory, exportable by
 //     handle (pid, fd, identity); nothing is named in /dev/shm; freed ones are
 //     cached per device for reuse (empty_cache());
-//   * one mapping per (process, allocation) however often a handle is opened;
-//     one close unmaps it for every user, and a later use fails naming why;
+//   * IPC (ipc.cpp): one mapping per (process, allocation) however often a
+//     handle is opened; one close unmaps it for every user;
 //   * injected faults (faults.cpp): out of memory, a failed IPC open, a lost
 //   device.
 
@@ -44,14 +44,16 @@ namespace emulator {
 
 std::mutex g_mutex;
 
-namespace {
+std::map<uintptr_t, Mapping> g_mappings;
 
-std::map<uintptr_t, Mapping> g_mappings;  // device base address -> mapping
+namespace {
 
 size_t pages(size_t nbytes) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return (std::max<size_t>(nbytes, 1) + page - 1) / page * page;
 }
+
+}  // namespace
 
 void* reserve_addresses(size_t nbytes) {
   void* ptr = mmap(nullptr, pages(nbytes), PROT_NONE,
@@ -67,6 +69,8 @@ char* map_shared(int fd, size_t nbytes) {
               " bytes failed: ", std::strerror(errno));
   return static_cast<char*>(ptr);
 }
+
+namespace {
 
 struct Cached {
   void* address;
@@ -118,6 +122,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
       "emulated device ", device, " is out of memory: tried to allocate ",
       nbytes, " bytes (fault injected: oom)");
   Mapping mapping{kPrivate, nbytes, index};
+  mapping.stream = current_worker(index);  // where its free is ordered
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto cached = nbytes >= kShareableBytes ? g_cached.find({index, nbytes})
@@ -127,7 +132,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
       g_cached.erase(cached);
       g_cached_bytes -= nbytes;
       g_mappings[reinterpret_cast<uintptr_t>(entry.address)] =
-          Mapping{entry.fd, nbytes, index, 0, 0, entry.shadow};
+          Mapping{entry.fd, nbytes, index, 0, 0, entry.shadow, mapping.stream};
       return {entry.address, entry.address, deleter, device};
     }
   }
@@ -159,8 +164,8 @@ c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
   return {address, address, deleter, device};
 }
 
-void free_device_memory(void* address) {
-  if (address == nullptr) return;
+namespace {
+void free_now(void* address) {
   Mapping mapping{kClosed, 0};
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -177,6 +182,30 @@ void free_device_memory(void* address) {
   }
   release(address, mapping);
 }
+}  // namespace
+
+// Stream-ordered, as torch's caching allocators are on CUDA and Ascend: memory
+// freed while work is queued on the stream it was allocated on stays valid for
+// that work (a kernel still reads the tables it was launched with) and is
+// released behind it, whichever thread frees it.
+void free_device_memory(void* address) {
+  if (address == nullptr) return;
+  Worker* worker = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_mappings.find(reinterpret_cast<uintptr_t>(address));
+    if (it == g_mappings.end()) return;
+    worker = it->second.stream;
+  }
+  try {
+    if (worker != nullptr && !worker_idle(worker)) {
+      enqueue(worker, [address] { free_now(address); }, /*always=*/true);
+      return;
+    }
+  } catch (const std::exception&) {  // a lost device: nothing runs on it
+  }
+  free_now(address);
+}
 
 void empty_cache() {
   decltype(g_cached) released;
@@ -188,104 +217,6 @@ void empty_cache() {
   for (auto& [key, entry] : released)
     release(entry.address,
             Mapping{entry.fd, key.second, key.first, 0, 0, entry.shadow});
-}
-
-std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> ipc_export(
-    int64_t ptr) {
-  check_context("ipc_export");
-  const auto address = static_cast<uintptr_t>(ptr);
-  std::lock_guard<std::mutex> lock(g_mutex);
-  uintptr_t base = 0;
-  const Mapping* mapping = find_holding(address, &base);
-  TORCH_CHECK(mapping && mapping->fd >= 0, "address ", ptr,
-              " is not in exportable emulated device memory: only ",
-              "allocations of at least ", kShareableBytes,
-              " bytes made by this process can be exported (allocate ",
-              "KV caches as whole tensors of at least that size)");
-  struct stat identity{};
-  TORCH_CHECK(
-      fstat(mapping->fd, &identity) == 0,
-      "fstat of an exportable allocation failed: ", std::strerror(errno));
-  return {static_cast<int64_t>(getpid()), mapping->fd,
-          static_cast<int64_t>(identity.st_ino),
-          static_cast<int64_t>(address - base),
-          static_cast<int64_t>(mapping->size)};
-}
-
-int64_t ipc_open(int64_t pid, int64_t fd, int64_t inode, int64_t size,
-                 int64_t index) {
-  check_context("ipc_open");
-  check_index(static_cast<c10::DeviceIndex>(index));
-  check_device(static_cast<c10::DeviceIndex>(index));
-  TORCH_CHECK(!g_fault_ipc_open, "opening an IPC memory handle of process ",
-              pid, " failed: the device refused ",
-              "the mapping (fault injected: ipc_open)");
-  const std::string path =
-      "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  const int local_fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  TORCH_CHECK(
-      local_fd >= 0, "cannot open emulated IPC handle ", path, ": ",
-      std::strerror(errno),
-      " (the exporting process must be alive and the memory still allocated)");
-  struct stat identity{};
-  if (fstat(local_fd, &identity) != 0 ||
-      static_cast<int64_t>(identity.st_ino) != inode) {
-    close(local_fd);
-    TORCH_CHECK(false, "emulated IPC handle ", path,
-                " is stale: the exporting process freed that allocation");
-  }
-  std::lock_guard<std::mutex> lock(g_mutex);
-  for (const auto& [base, mapping] : g_mappings) {
-    if (mapping.fd != kImported || mapping.inode != identity.st_ino) continue;
-    close(local_fd);
-    TORCH_CHECK(mapping.device == index, "this allocation is already open on ",
-                c10::Device(kDevice, mapping.device),
-                "; open it on one device per process");
-    count(kIpcOpens);  // the mapping it has: still an open call
-    return static_cast<int64_t>(base);
-  }
-  Mapping mapping{kImported, static_cast<size_t>(size),
-                  static_cast<c10::DeviceIndex>(index), identity.st_ino, pid};
-  try {
-    mapping.shadow = map_shared(local_fd, mapping.size);
-  } catch (...) {
-    close(local_fd);
-    throw;
-  }
-  close(local_fd);  // the mapping keeps the memory alive
-  void* address = reserve_addresses(mapping.size);
-  g_mappings[reinterpret_cast<uintptr_t>(address)] = mapping;
-  count(kIpcOpens);
-  return reinterpret_cast<int64_t>(address);
-}
-
-void ipc_close(int64_t address) {
-  check_context("ipc_close");
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_mappings.find(static_cast<uintptr_t>(address));
-  TORCH_CHECK(it != g_mappings.end() && it->second.fd == kImported, "0x",
-              std::hex, address, std::dec,
-              " is not an open IPC mapping of this process: it was closed "
-              "already (close each opened "
-              "allocation once, when its last user is done) or never opened");
-  munmap(it->second.shadow, it->second.size);
-  it->second.shadow = nullptr;
-  it->second.fd = kClosed;  // its addresses stay reserved: a later use is an
-                            // error, not another allocation's bytes
-  count(kIpcCloses);
-}
-
-std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> ipc_imports() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
-  for (const auto& [base, mapping] : g_mappings) {
-    if (mapping.fd == kImported) {
-      out.emplace_back(static_cast<int64_t>(base),
-                       static_cast<int64_t>(mapping.size), mapping.device,
-                       mapping.pid);
-    }
-  }
-  return out;
 }
 
 }  // namespace emulator

@@ -249,6 +249,11 @@ void synchronize_device(c10::DeviceIndex device) {
 
 c10::DeviceIndex worker_device(Worker* worker) { return worker->device; }
 
+bool worker_idle(Worker* worker) {
+  std::lock_guard<std::mutex> lock(worker->mutex);
+  return worker->completed == worker->enqueued;
+}
+
 bool query_worker(Worker* worker) {
   count(kQueries);
   std::lock_guard<std::mutex> lock(worker->mutex);
@@ -270,6 +275,7 @@ Worker* worker_of_handle(int64_t handle) {
 
 namespace emulator {
 void bind_launches(pybind11::module& m);  // launch.cpp
+void bind_kernels(pybind11::module& m);   // kernels.cpp
 }  // namespace emulator
 
 void bind_streams(pybind11::module& m) {
@@ -287,4 +293,5 @@ void bind_streams(pybind11::module& m) {
     synchronize_device(static_cast<c10::DeviceIndex>(device));
   });
   bind_launches(m);
+  bind_kernels(m);
 }
