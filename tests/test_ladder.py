@@ -65,18 +65,27 @@ def cpp_site(path: Path, relative: str, line: int) -> str:
     return f"{relative}:{found.group(1) or found.group(2)}"
 
 
+def toml_site(path: Path, relative: str, line: int) -> str:
+    """``file:[table]`` of the table a marker sits in, or of the table its comment block heads."""
+    lines = path.read_text().splitlines()
+    after = next((text for text in lines[line:] if not text.startswith("#")), "")
+    header = [text for text in [*lines[:line], after] if re.match(r"\[[\w.\-\"]+\]$", text)]
+    return f"{relative}:{header[-1]}" if header else relative
+
+
 def marker_sites(project: Path) -> dict[str, list[str]]:
-    """Each ``TODO(vendor):`` marker of the package's sources and the render's tests, by its site."""
+    """Each ``TODO(vendor):`` marker of the package's sources, the render's tests and its build files (``setup.py``,
+    ``pyproject.toml``), by its site."""
     package = project / "src" / "lmcache_foo"
     roots = [(package, ""), (project / "tests", "tests/")]
+    paths = [(path, prefix + path.name) for root, prefix in roots for path in sorted([*root.glob("*.py"), *root.glob("*.cpp")])]
+    paths += [(project / name, name) for name in ("setup.py", "pyproject.toml") if (project / name).exists()]
     sites: dict[str, list[str]] = {}
-    for root, prefix in roots:
-        for path in sorted([*root.glob("*.py"), *root.glob("*.cpp")]):
-            relative = prefix + path.name
-            for number, text in enumerate(path.read_text().splitlines(), 1):
-                if MARKER in text:
-                    site = (python_site if path.suffix == ".py" else cpp_site)(path, relative, number)
-                    sites.setdefault(site, []).append(f"{relative}:{number}")
+    for path, relative in paths:
+        for number, text in enumerate(path.read_text().splitlines(), 1):
+            if MARKER in text:
+                where = {".py": python_site, ".cpp": cpp_site, ".toml": toml_site}[path.suffix]
+                sites.setdefault(where(path, relative, number), []).append(f"{relative}:{number}")
     return sites
 
 

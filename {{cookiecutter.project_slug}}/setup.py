@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: {{ cookiecutter.license }}
-{{ ("# " ~ cookiecutter._owner.template ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Declares the native ops extension; all other metadata lives in pyproject.toml.
+{{ ("# " ~ cookiecutter._owner.vendor ~ "\n") if cookiecutter.ownership == "wheel" else "" }}"""Declares the native ops extension; all other metadata lives in pyproject.toml.
 
 The package's ``_kernels`` is compiled from ``_kernels.cpp`` and ``_recorders.cpp``
 with torch's C++ extension tooling, so it is built for one torch's C++ ABI: the one
@@ -12,9 +12,14 @@ here, build without isolation:
 
 (Without the pin, pip would install whatever torch it resolves into the build
 environment, often a multi-GB CUDA build that does not match yours.)
+
+Your part is ``vendor_build``: what your kernels need of your toolchain.
 """
 
 # Standard
+from pathlib import Path
+import importlib.util
+import os
 import re
 
 # Third Party
@@ -24,6 +29,36 @@ import torch
 
 #: ``torch==X`` as pyproject.toml's dependencies spell the pin.
 TORCH_PIN = re.compile(r"torch\s*==\s*([\w.]+)")
+#: Your SDK's root (its ``include/`` and ``lib64/``), when the build has one.
+SDK_ENV_VAR = "{{ cookiecutter.device_name | upper }}_SDK_HOME"
+#: The module of your torch extension ("": torch has the device built in).
+TORCH_EXTENSION_MODULE = "{{ cookiecutter.torch_extension_module }}"
+
+
+def vendor_build() -> dict[str, list[str]]:
+    """What the kernels need of your toolchain, as CppExtension arguments: your
+    SDK's headers and libraries, and your torch extension's libraries (linked with
+    an rpath to where they are installed). The compiler is the environment's
+    ``CXX`` (your vendor's, e.g. for CANN's or MACA's kernels).
+
+    TODO(vendor): your SDK's libraries (e.g. ``ascendcl`` for CANN) and your torch
+    extension's (e.g. ``torch_npu``); CI and cibuildwheel set SDK_ENV_VAR and CXX on
+    your image (pyproject.toml's [tool.cibuildwheel]). The sample's kernels run on
+    the CPU emulator and need none of them.
+    """
+    build: dict[str, list[str]] = {"include_dirs": [], "library_dirs": []}
+    build |= {"libraries": [], "runtime_library_dirs": []}
+    sdk = os.environ.get(SDK_ENV_VAR)
+    if sdk:
+        build["include_dirs"].append(str(Path(sdk) / "include"))
+        build["library_dirs"].append(str(Path(sdk) / "lib64"))
+    module = TORCH_EXTENSION_MODULE
+    origin = getattr(module and importlib.util.find_spec(module), "origin", None)
+    libraries = Path(origin).parent / "lib" if origin else None
+    if libraries and libraries.is_dir():
+        build["library_dirs"].append(str(libraries))
+        build["runtime_library_dirs"].append(str(libraries))
+    return build
 
 
 class PinnedTorchBuild(BuildExtension):
@@ -54,6 +89,7 @@ setup(
                 "src/{{ cookiecutter.import_package }}/_recorders.cpp",
             ],
             extra_compile_args=["-O3", "-g0"],
+            **vendor_build(),
         )
     ],
     cmdclass={"build_ext": PinnedTorchBuild},

@@ -126,6 +126,7 @@ def test_without_the_device_sample_steps_are_not_ported_yet_and_the_rest_fail(
         "a C host function on a stream: launched, on a subscribed thread, or none",
         "a tensor over device memory at a pointer",
         "your device kernels",
+        "your device's numbers, for what a request costs",
     ]
     assert lines["wait for a stream's work by its handle"].pending
     host_functions = (
@@ -134,6 +135,8 @@ def test_without_the_device_sample_steps_are_not_ported_yet_and_the_rest_fail(
     assert lines[host_functions].pending
     device = lines["find the device"]
     assert not device.ok and not device.pending and "install it" in device.fix
+    # read from the project, not the device: run elsewhere, it says where to run
+    assert lines["your device's numbers, for what a request costs"].pending
     assert not ladder.ok
 
 

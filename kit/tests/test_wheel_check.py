@@ -215,3 +215,27 @@ def test_a_pure_wheel_requiring_torch_fails(tmp_path: Path) -> None:
         "the production wheel requires torch==2.13.0 (lmcache and lmcache-device-kit "
         "alone: the rest comes with extras)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("build", "problem"),
+    [
+        ('"torch==2.13.0", "torch-fooext==1.2.0"', None),
+        ('"torch==2.13.0"', "the wheel requires torch-fooext==1.2.0 (an exact pin"),
+        ('"torch==2.13.0", "torch-fooext==1.1.0"', "the wheel requires torch-fooext"),
+    ],
+)
+def test_a_native_wheel_may_pin_its_torch_extension_built_against_the_same(
+    tmp_path: Path, build: str, problem: str | None
+) -> None:
+    """The vendor's torch extension, whose libraries the native ops link, is a
+    requirement of the wheel pinned as torch is, and the build requires the same
+    release (an isolated build compiles against it)."""
+    metadata = [*METADATA, "Requires-Dist: torch==2.13.0"]
+    metadata += ["Requires-Dist: torch-fooext==1.2.0"]
+    pyproject = NATIVE_PYPROJECT.replace('"torch==2.13.0"]\n', f"{build}]\n", 1)
+    wheel = make(tmp_path, metadata, files=[*FILES, KERNELS], pyproject=pyproject)
+    found = plugin_wheel_problems(wheel, tmp_path)
+    assert found == ([] if problem is None else [found[0]]), found
+    if problem is not None:
+        assert found[0].startswith(problem), found

@@ -28,7 +28,15 @@ from {{ cookiecutter.__compat_package }}.ops_support import (
     OpsSupport,
 )
 {%- if cookiecutter.ownership == 'wheel' %}
-from {{ cookiecutter.__compat_package }}.release import check_release{{ ", native_torch_problem" if cookiecutter.native_ops == "yes" else "" }}
+{%- if cookiecutter.native_ops == 'yes' %}
+from {{ cookiecutter.__compat_package }}.release import (
+    check_release,
+    native_extension_problem,
+    native_torch_problem,
+)
+{%- else %}
+from {{ cookiecutter.__compat_package }}.release import check_release
+{%- endif %}
 {%- endif %}
 from {{ cookiecutter.__compat_package }}.resolve import lookup
 from {{ cookiecutter.__compat_package }}.spec import (  # noqa: F401 - for the spec module
@@ -39,7 +47,7 @@ from {{ cookiecutter.__compat_package }}.wire import WireType
 {%- endif %}
 
 # Local
-from .names import {{ "ALLOW_UNTESTED_ENV_VAR, " if cookiecutter.ownership == "wheel" else "" }}SLOW_PATH_MARK
+from .names import {{ "ALLOW_UNTESTED_ENV_VAR, " if cookiecutter.ownership == "wheel" else "" }}SLOW_PATH_MARK{{ ", TORCH_EXTENSION_MODULE" if cookiecutter.ownership == "wheel" and cookiecutter.native_ops == "yes" else "" }}
 
 #: How this backend's class names start (its DeviceSpec, DeviceOps, ... subclasses).
 CLASS_PREFIX = "{{ cookiecutter.class_prefix }}"
@@ -73,9 +81,12 @@ def check_lmcache_version() -> None:
 
 
 def native_ops_torch_problem(installed_torch: str) -> str:
-    """Why the native ops must not load with torch ``installed_torch`` ("" if they
-    may): the wheel pins the torch they are compiled against (pyproject.toml)."""
-    return native_torch_problem(PROJECT, installed_torch)
+    """Why the native ops must not load with torch ``installed_torch`` or the
+    installed torch extension ("" if they may): the wheel pins the torch they are
+    compiled against, and the extension whose libraries they link (pyproject.toml)."""
+    return native_torch_problem(PROJECT, installed_torch) or native_extension_problem(
+        PROJECT, TORCH_EXTENSION_MODULE
+    )
 {%- endif %}
 {%- endif %}
 

@@ -89,8 +89,9 @@ def requirement_problems(
     project: dict[str, Any], metadata: list[str], native: bool = False
 ) -> list[str]:
     """The wheel requires lmcache and the kit alone (and, with ``native`` ops, the
-    torch they are built for), the kit in a compatible range; every extra of
-    pyproject.toml is in its METADATA under that extra."""
+    torch they are built for and what they link, each pinned exactly: the vendor's
+    torch extension), the kit in a compatible range; every extra of pyproject.toml
+    is in its METADATA under that extra."""
     declared = [
         Requirement(line.split(":", 1)[1])
         for line in metadata
@@ -102,7 +103,9 @@ def requirement_problems(
         f"the production wheel requires {requirement} ({alone} alone: the rest comes "
         "with extras)"
         for requirement in declared
-        if requirement.marker is None and requirement.name not in own
+        if requirement.marker is None
+        and requirement.name not in own
+        and not (native and str(requirement.specifier).startswith("=="))
     ]
     kit = [r for r in declared if r.marker is None and r.name == KIT]
     if not kit:
@@ -147,7 +150,7 @@ def native_torch_problems(
     """A wheel with compiled ``modules`` pins, exactly, the torch they are built for
     (another torch's C++ ABI fails to load them, or crashes), and it is the torch
     the build requires ([build-system] requires: what an isolated build compiles
-    against)."""
+    against); so is every other exact pin (the vendor's torch extension)."""
     declared = [
         Requirement(line.split(":", 1)[1])
         for line in metadata
@@ -170,7 +173,20 @@ def native_torch_problems(
             f"an isolated build would compile against another torch; require "
             f"torch=={pinned} there too"
         ]
-    return []
+    # Every other exact pin is what the module links too (the vendor's torch
+    # extension): an isolated build must compile against the same release.
+    built_pins = {r.name: str(r.specifier) for r in map(Requirement, build)}
+    return [
+        f"the wheel requires {r.name}{r.specifier} (an exact pin: a library its native "
+        f"ops link), but pyproject.toml's [build-system] requires "
+        f"{r.name}{built_pins.get(r.name, ' nothing')}: an isolated build would "
+        f"compile against another release; require {r.name}{r.specifier} there too"
+        for r in declared
+        if r.name != "torch"
+        and r.marker is None
+        and str(r.specifier).startswith("==")
+        and built_pins.get(r.name) != str(r.specifier)
+    ]
 
 
 def compatible_range(version: str) -> str:

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A plugin wheel's release checks: it loads only on the LMCache releases it was
-tested with, and its native ops only with the torch they were built against.
+tested with, and its native ops only with the torch (and the vendor's torch
+extension) they were built against.
 
 Why a module of its own: only a wheel needs it (an in-tree backend ships with its
 LMCache, and its copy of the shims leaves this out); the plugin's binding module
@@ -88,3 +89,42 @@ def native_torch_problem(project: str, installed_torch: str) -> str:
         f"(pip install 'torch=={pinned}'), or a build of {project} for torch "
         f"{running} (README.md, 'Releasing')."
     )
+
+
+def canonical(name: str) -> str:
+    """A distribution's name as requirements compare it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def native_extension_problem(project: str, module: str) -> str:
+    """Why ``project``'s native ops must not load beside the installed torch
+    extension ``module`` (``torch_npu``), or "" when they may: a wheel whose native
+    ops link the extension's C++ libraries pins its distribution exactly
+    (``torch-npu==X``, pyproject.toml), and another release of it keeps no ABI.
+    Nothing to check for a wheel that pins no distribution of ``module``."""
+    try:
+        requires = importlib.metadata.requires(project) or []
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+    pins = {}
+    for line in requires:
+        found = re.fullmatch(r"([\w.-]+)\s*==\s*([\w.]+)", line.strip())
+        if found:
+            pins[canonical(found.group(1))] = found.group(2)
+    owners = (
+        importlib.metadata.packages_distributions().get(module, []) if module else []
+    )
+    for distribution in owners:
+        pinned = pins.get(canonical(distribution))
+        if pinned is None:
+            continue
+        installed = importlib.metadata.version(distribution)
+        if installed.split("+")[0] != pinned:
+            return (
+                f"{project}'s native ops are built against {distribution} {pinned}, "
+                f"but {distribution} {installed} is installed. Install the release "
+                f"this wheel requires (pip install '{distribution}=={pinned}'), or a "
+                f"build of {project} for {distribution} {installed} (README.md, "
+                "'Releasing')."
+            )
+    return ""

@@ -15,7 +15,9 @@ Imports neither lmcache nor the plugin at import time; torch inside the tests.
 from __future__ import annotations
 
 # Standard
+from pathlib import Path
 from typing import Any
+import importlib
 import json
 
 # First Party
@@ -28,9 +30,12 @@ from lmcache_device_kit.doctor.ladder import STEPS
 from lmcache_device_kit.runtime_calls import EMULATOR_ONLY
 
 
-def ladder(*env: tuple[str, str]) -> tuple[int, dict[str, dict[str, Any]]]:
-    """``doctor --port --json`` (with ``env``): its status, and its steps by key."""
-    status, out, _ = doctor("--port", "--json", env=dict(env))
+def ladder(
+    *env: tuple[str, str], cwd: Path | None = None
+) -> tuple[int, dict[str, dict[str, Any]]]:
+    """``doctor --port --json`` (with ``env``, in ``cwd``): its status, and its steps
+    by key."""
+    status, out, _ = doctor("--port", "--json", env=dict(env), cwd=cwd)
     report = json.loads(out)
     assert report["ok"] == (status == 0), out
     keys = [step.key for step in STEPS if port.applies(step)]
@@ -67,6 +72,25 @@ class BaseDoctorPortTests(ConformanceTests):
             ]
             assert {k: state(steps[k]) for k in proves} == dict.fromkeys(proves, "✓")
             assert [k for k, c in steps.items() if state(c) == "✗"] == [], steps
+
+    def test_doctor_port_reads_the_device_numbers_of_the_project_it_runs_in(
+        self, tmp_path: Path
+    ) -> None:
+        """Run in the project's directory, the last step reads its pyproject.toml's
+        ``[tool.lmcache-device-kit.device]``: a described device is ✓, a number that
+        is not one ✗ with what to write (the kit's defaults read not ported yet)."""
+        package = kit_backend.current().package
+        project = importlib.import_module(f"{package}._lmcache_compat").PROJECT
+        table = '[project]\nname = "{}"\n[tool.lmcache-device-kit.device]\n{}\n'
+        seen = {}
+        for case, line in (("described", "launch_us = 3.0"), ("wrong", "sync_us = 0")):
+            (tmp_path / "pyproject.toml").write_text(table.format(project, line))
+            _, steps = ladder(cwd=tmp_path)
+            seen[case] = steps["device-numbers"]
+        assert state(seen["described"]) == "✓", seen
+        assert state(seen["wrong"]) == "✗" and "sync_us" in seen["wrong"]["detail"], (
+            seen
+        )
 
     def test_doctor_port_without_the_emulator_reads_the_samples_steps_not_ported_yet(
         self, emulator: Any

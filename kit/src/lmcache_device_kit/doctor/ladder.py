@@ -13,12 +13,13 @@ installed).
 A step's ``sites`` are where its markers are: ``file`` (the module, or a C++
 file: its header comment), ``file:NAME`` (a function, class, property or
 module-level constant; ``{prefix}`` is the plugin's class prefix), with the file
-relative to the package (``tests/...``: the render's tests). ``sample`` pairs a
-Python site with a ``torch.<device>`` call only the CPU emulator has, which the
-sample's code at that site makes: while the installed site still names it, the
-step holds the sample's code (``port.holds_sample``). Those calls are the ``sample``
-calls of the kit's runtime list (``runtime_calls.CALLS``), which says what each is
-on CUDA or NPU; the kit's tests hold the two to the same names.
+relative to the package (``tests/...``: the render's tests; ``setup.py``,
+``pyproject.toml:[table]``: the project's). ``sample`` pairs a Python site with a
+``torch.<device>`` call only the CPU emulator has, which the sample's code at that
+site makes: while the installed site still names it, the step holds the sample's
+code (``port.holds_sample``). Those calls are the ``sample`` calls of the kit's
+runtime list (``runtime_calls.CALLS``), which says what each is on CUDA or NPU;
+the kit's tests hold the two to the same names.
 """
 
 # Future
@@ -215,6 +216,21 @@ STEPS: tuple[Step, ...] = (
         needs="ipc_wrapper",
     ),
     Step(
+        "build",
+        "build the native ops with your toolchain",
+        (
+            "setup.py:vendor_build",
+            "pyproject.toml:[build-system]",
+            "pyproject.toml:[project]",
+            "pyproject.toml:[tool.cibuildwheel]",
+            "pyproject.toml:[tool.cibuildwheel.linux]",
+        ),
+        "your compiler (CXX), SDK, torch extension libraries; cibuildwheel, your image",
+        "TestNativeOps, TestDoctorPort",
+        "native build",
+        needs="native_ops",
+    ),
+    Step(
         "kernel-launch",
         "launch kernels on a stream",
         (
@@ -256,6 +272,14 @@ STEPS: tuple[Step, ...] = (
         "TestNativeTransfers, TestNativePointerMode, TestOpsParity",
         "native copy",
         sample=(("native_ops.py:_launch_on", "kernel_address_translator"),),
+    ),
+    Step(
+        "device-numbers",
+        "your device's numbers, for what a request costs",
+        ("pyproject.toml:[tool.lmcache-device-kit.device]",),
+        "its bus, memory, launch and sync figures, in pyproject.toml",
+        "TestDoctorPort",
+        "device numbers",
     ),
 )
 
