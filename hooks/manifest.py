@@ -80,6 +80,7 @@ PARTS = (
         tuple(
             f"{PACKAGE}/{name}"
             for name in (
+                "_ipc_rendezvous.py",
                 "cache_context.py",
                 "event_ipc.py",
                 "ipc_wrapper.py",

@@ -38,7 +38,7 @@ def render_sessions(project: Path, *sessions: str, nox: str = "nox") -> list[str
 MAX_LINES = 300
 #: The CPU emulator's package (its own distribution, ``__emulator_dir``): its Python and the C++ it compiles at load.
 EMULATOR_FILES = (
-    "__init__.py", "_cache.py", "_counters.py", "_device.py", "_record.py", "_streams.py", "csrc/counters.cpp",
+    "__init__.py", "_cache.py", "_counters.py", "_device.py", "_ipc.py", "_record.py", "_streams.py", "csrc/counters.cpp",
     "csrc/emulator.h", "csrc/events.cpp", "csrc/faults.cpp", "csrc/guard.cpp", "csrc/host_device.cpp",
     "csrc/host_memory.cpp", "csrc/ipc.cpp", "csrc/kernels.cpp", "csrc/launch.cpp", "csrc/memory.cpp", "csrc/ops.cpp",
     "csrc/streams.cpp",

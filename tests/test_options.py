@@ -61,7 +61,7 @@ def test_in_tree_render_is_laid_out_as_an_lmcache_contribution(render: Callable[
     package = {f"{IN_TREE_PACKAGE}/{name}" for name in (
         "__init__.py", "names.py", "_lmcache_compat.py", "_compat/__init__.py", "_compat/kv_layout.py",
         "_compat/ops_support.py", "_compat/resolve.py", "_compat/spec.py", "_compat/surface.py", "device_ops.py",
-        "ipc_wrapper.py", "cache_context.py", "runtime.py", "event_ipc.py", "pin_memory.py")}  # fmt: skip
+        "ipc_wrapper.py", "_ipc_rendezvous.py", "cache_context.py", "runtime.py", "event_ipc.py", "pin_memory.py")}  # fmt: skip
     emulator = {f"{IN_TREE_TESTS}_emulator/pyproject.toml",
                 *(f"{IN_TREE_TESTS}_emulator/src/lmcache_foo_emulator/{name}" for name in EMULATOR_FILES)}  # fmt: skip
     suite = {f"{IN_TREE_TESTS}/{name}" for name in IN_TREE_OWN_TESTS["default"]}

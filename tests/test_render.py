@@ -64,7 +64,7 @@ NATIVE_FILES = {
 }  # fmt: skip
 LMCACHE_DRIVEN_FILES = {
     f"src/lmcache_foo/{name}.py"
-    for name in ("ipc_wrapper", "cache_context", "runtime", "event_ipc", "pin_memory")
+    for name in ("ipc_wrapper", "_ipc_rendezvous", "cache_context", "runtime", "event_ipc", "pin_memory")
 }
 #: LMCache's per-device tests ported to a plugin (the kit's conformance.ports), subclassed: the contract's devices
 #: suite, in wheels with LMCache-driven classes.

@@ -53,6 +53,7 @@ from lmcache.v1.platform.base.ipc_wire import (
 {%- endif %}
 
 # Local
+from . import _ipc_rendezvous
 from ._lmcache_compat import DeviceIPCWrapper, init_logger{{ ", wire" if cookiecutter.ownership == "wheel" else "" }}
 from .device_ops import device_tensor
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
@@ -129,7 +130,7 @@ class Plane(NamedTuple):
         address = tensor.untyped_storage().data_ptr()
         handle, alloc_offset, nbytes = _export_handle(address, device_index)
         return cls(
-            handle,
+            _ipc_rendezvous.named(handle, device_index),
             alloc_offset,
             nbytes,
             tensor.dtype,
@@ -206,7 +207,8 @@ class {{ cookiecutter.class_prefix }}IPCWrapper(DeviceIPCWrapper):
         with _MAPPINGS_LOCK:
             entry = _MAPPED_ALLOCATIONS.get(plane.handle)
             if entry is None:
-                entry = [_open_handle(plane.handle, plane.nbytes, index), 0]
+                handle = _ipc_rendezvous.opened(plane.handle)
+                entry = [_open_handle(handle, plane.nbytes, index), 0]
                 _MAPPED_ALLOCATIONS[plane.handle] = entry
             entry[1] += 1
             self._opened.append(plane.handle)

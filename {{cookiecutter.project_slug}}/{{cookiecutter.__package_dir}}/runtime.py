@@ -35,8 +35,8 @@ waits on the same stream (a runtime's bindings need not release it). So:
   thread, as LMCache's NPU and MUSA backends do (torch_npu and torch_musa have
   no host functions).
 
-Imports only ``names``; ``pin_memory``, ``ipc_wrapper``, ``device_ops``,
-``native_ops`` and ``cache_context`` import it.
+Imports only ``names``; ``pin_memory``, ``ipc_wrapper``, ``_ipc_rendezvous``,
+``device_ops``, ``native_ops`` and ``cache_context`` import it.
 """
 
 # Future
@@ -136,3 +136,27 @@ def after_stream_work(stream_handle: int, publish: Callable[[], object]) -> None
         )
     synchronize(stream_handle)
     publish()
+
+
+def importers_must_be_allowed() -> bool:
+    """Whether the runtime opens an IPC handle only in processes its exporter
+    allowed (the capability): then the IPC wrapper's handles name where importers
+    ask (``_ipc_rendezvous``), and ``allow_importer`` allows each.
+
+    TODO(vendor): True on Ascend (``aclrtIpcMemSetImportPid``), False where any
+    process opens a handle (CUDA). The sample asks the emulator (``..._IPC``).
+    """
+    return hasattr(getattr(torch, TORCH_MODULE_NAME), "ipc_allow_importer")
+
+
+def allow_importer(handle: bytes, pid: int, device: int) -> None:
+    """Let process ``pid`` open ``handle``, which this process exported from device
+    ``device``'s memory.
+
+    TODO(vendor): your runtime's allowlist call (Ascend:
+    ``aclrtIpcMemSetImportPid`` with the handle's key and ``[pid]``).
+    """
+    runtime = getattr(torch, TORCH_MODULE_NAME)
+    with runtime.device(device):
+        bind_thread_context(device)  # called on the listener's thread
+        runtime.ipc_allow_importer(handle, pid)

@@ -2,13 +2,10 @@
 """The porting ladder: every ``TODO(vendor)`` of a plugin made from the template, in
 the order to port them, each with the runtime call it needs and what proves it.
 
-Why a module of its own, and data only: three readers hold to the same steps, so
-they are defined here once. ``doctor --port`` (``port``) prints them with each
-step's state on the installed plugin; the rendered README's "Porting ladder" table
-lists them; the template's tests check that the table, the ``TODO(vendor)`` markers
-of a render and these steps agree (a marker with no step fails there). It imports
-only the standard library (the template's tests load it by path, without the kit
-installed).
+Why a module of its own, and data only: ``doctor --port`` (``port``) prints the
+steps with their states, the rendered README's "Porting ladder" lists them, and
+the template's tests hold the table and a render's ``TODO(vendor)`` markers to
+them. It imports only the standard library (those tests load it by path).
 
 A step's ``sites`` are where its markers are: ``file`` (the module, or a C++
 file: its header comment), ``file:NAME`` (a function, class, property or
@@ -16,10 +13,8 @@ module-level constant; ``{prefix}`` is the plugin's class prefix), with the file
 relative to the package (``tests/...``: the render's tests; ``setup.py``,
 ``pyproject.toml:[table]``: the project's). ``sample`` pairs a Python site with a
 ``torch.<device>`` call only the CPU emulator has, which the sample's code at that
-site makes: while the installed site still names it, the step holds the sample's
-code (``port.holds_sample``). Those calls are the ``sample`` calls of the kit's
-runtime list (``runtime_calls.CALLS``), which says what each is on CUDA or NPU;
-the kit's tests hold the two to the same names.
+site makes: while the installed site names it, the step holds the sample's code
+(``port.holds_sample``); they are the ``sample`` calls of ``runtime_calls.CALLS``.
 """
 
 # Future
@@ -169,8 +164,11 @@ STEPS: tuple[Step, ...] = (
             "ipc_wrapper.py:_export_handle",
             "ipc_wrapper.py:_open_handle",
             "ipc_wrapper.py:_close_handle",
+            "runtime.py:importers_must_be_allowed",
+            "runtime.py:allow_importer",
         ),
-        "cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle; "
+        "cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle "
+        "(aclrtIpcMemSetImportPid: each importer allowed); "
         "{torch}.get_device_properties(i).uuid",
         "TestIPCWrapper, TestNpuIpcWrapper, TestCudaIpcWrapper",
         "ipc memory",
@@ -179,6 +177,8 @@ STEPS: tuple[Step, ...] = (
             ("ipc_wrapper.py:_export_handle", "ipc_export_handle"),
             ("ipc_wrapper.py:_open_handle", "ipc_open_handle"),
             ("ipc_wrapper.py:_close_handle", "ipc_close_handle"),
+            ("runtime.py:importers_must_be_allowed", "ipc_allow_importer"),
+            ("runtime.py:allow_importer", "ipc_allow_importer"),
         ),
     ),
     Step(

@@ -16,7 +16,6 @@ import atexit
 import hashlib
 import importlib.util
 import os
-import struct
 import sys
 import types
 import uuid
@@ -25,7 +24,7 @@ import uuid
 import torch
 
 # Local
-from . import _counters, _record, _streams
+from . import _counters, _ipc, _record, _streams
 from ._cache import cache_root
 from ._streams import device_index
 
@@ -48,7 +47,9 @@ FAULTS_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_FAULTS"
 #: ``subscribed`` (Ascend's), ``0`` (none, as torch_npu and torch_musa: no
 #: ``host_func_launcher``; code that publishes after a stream's work synchronizes it).
 HOST_FUNCS_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_HOST_FUNCS"
-#: ``0``: IPC memory not ported yet (day one): no ``ipc_{export,open,close}_handle``.
+#: ``0``: IPC memory not ported yet (day one): no ``ipc_*`` members. ``cuda``: any
+#: process opens an exported handle (CUDA). By default an importer must be allowed by
+#: the exporter first (``ipc_allow_importer``), as on Ascend (``_ipc.py``).
 IPC_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_IPC"
 #: ``0``: one runtime context for every thread (CUDA's primary context). By default
 #: contexts are per thread, as on Ascend: host registration and IPC export, open and
@@ -123,42 +124,6 @@ def _load_extension() -> Any:
         extra_cflags=["-O1"],
         build_directory=build_dir,
     )
-
-
-_MEMORY_HANDLE = struct.Struct(
-    "<qqq"
-)  # (exporting pid, memfd number, the memory's identity)
-
-
-def ipc_export_handle(ptr: int) -> tuple[bytes, int, int]:
-    """``(handle, offset, size)`` of the exportable allocation holding device address
-    ``ptr``.
-
-    The handle stays valid while the exporting process keeps the memory
-    allocated, like a CUDA IPC memory handle.
-    """
-    pid, fd, identity, offset, size = _ext.ipc_export(ptr)
-    return _MEMORY_HANDLE.pack(pid, fd, identity), int(offset), int(size)
-
-
-def ipc_open_handle(handle: bytes, size: int, device: Any = None) -> int:
-    """Map an exported allocation of ``size`` bytes into this process: its device
-    address here.
-
-    As with ``cudaIpcOpenMemHandle``: one mapping per (process, allocation),
-    so opening a handle again returns the same address; the mapping stays
-    until ``ipc_close_handle`` and one close unmaps it for every user.
-    """
-    if not isinstance(handle, bytes | bytearray) or len(handle) != _MEMORY_HANDLE.size:
-        raise ValueError(f"not an emulated IPC memory handle: {handle!r}")
-    pid, fd, identity = _MEMORY_HANDLE.unpack(handle)
-    return int(_ext.ipc_open(pid, fd, identity, size, device_index(device)))
-
-
-def ipc_close_handle(address: int) -> None:
-    """Unmap an opened allocation for every user in this process
-    (``cudaIpcCloseMemHandle``)."""
-    _ext.ipc_close(address)
 
 
 def inject_faults(*faults: str) -> None:
@@ -254,9 +219,6 @@ def _install() -> types.ModuleType:
         "memcpy_async_launcher": _streams.memcpy_async_launcher,
         "hold_stream": _streams.hold_stream,
         "get_device_properties": get_device_properties,
-        "ipc_export_handle": ipc_export_handle,
-        "ipc_open_handle": ipc_open_handle,
-        "ipc_close_handle": ipc_close_handle,
         "pointer_device": pointer_device,
         "kernel_address_translator": lambda: int(_ext.kernel_address_translator()),
         "host_register": lambda *args: bool(_ext.host_register(*args)),
@@ -273,9 +235,7 @@ def _install() -> types.ModuleType:
         "is_emulator": True,
     }
     members |= _streams.host_function_members(os.environ.get(HOST_FUNCS_ENV_VAR, ""))
-    if os.environ.get(IPC_ENV_VAR) == "0":
-        for name in ("ipc_export_handle", "ipc_open_handle", "ipc_close_handle"):
-            del members[name]
+    members |= _ipc.members(os.environ.get(IPC_ENV_VAR, ""))
     for name, value in members.items():
         setattr(module, name, value)
     _record.watch(module)  # with RECORD_ENV_VAR only
@@ -294,6 +254,7 @@ def load() -> types.ModuleType:
     if _ext is None:
         _ext = _load_extension()
         _streams.bind(_ext)
+        _ipc.bind(_ext)
         _counters.bind(_ext)
         atexit.register(_report_open_mappings)
     return _install()

@@ -54,9 +54,13 @@ void empty_cache();
 char* host_view(const void* address, size_t nbytes,
                 c10::DeviceIndex device);  // device -1: any
 int64_t device_of(int64_t ptr);
-std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> ipc_export(int64_t ptr);
+// (pid, fd, inode, offset, size, allowlist fd) of ipc.cpp's handles.
+std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> ipc_export(
+    int64_t ptr);
 int64_t ipc_open(int64_t pid, int64_t fd, int64_t inode, int64_t size,
-                 int64_t index);
+                 int64_t index, int64_t allow_fd);
+void ipc_allow(int64_t pid, int64_t fd, int64_t inode, int64_t importer);
+extern std::atomic<bool> g_ipc_allowlist;  // importers must be allowed
 void ipc_close(int64_t address);
 std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> ipc_imports();
 bool holder_of(uintptr_t address, c10::DeviceIndex* device,

@@ -226,11 +226,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_device", &set_device);
   m.def("device_count", &device_count);
   m.def("ipc_export", &ipc_export,
-        "(pid, fd, identity, offset, size) of the exportable allocation at an "
-        "address.");
+        "(pid, fd, identity, offset, size, allowlist fd) of the exportable "
+        "allocation at an address.");
   m.def("ipc_open", &ipc_open,
-        "Map an exported allocation (pid, fd, identity, size, device index): "
-        "its address here.");
+        "Map an exported allocation (pid, fd, identity, size, device index, "
+        "allowlist fd): its address here.");
+  m.def("ipc_allow", &ipc_allow,
+        "Allow a process to open a handle (pid, fd, identity) of ours.");
+  m.def(
+      "require_ipc_allowlist", [](bool on) { g_ipc_allowlist = on; },
+      "Whether an importer must be allowed by the exporter.");
   m.def("ipc_close", &ipc_close,
         "Unmap an opened allocation, for every user in this process.");
   m.def("ipc_imports", &ipc_imports,

@@ -6,8 +6,10 @@
 // close unmaps it for every user, and a later use fails naming why.
 //
 // Why it exists: LMCache-driven transfer maps a worker's KV caches into the
-// server; a plugin that opens a handle twice, closes it early or exports
-// memory a runtime cannot export must fail here as it would on a device.
+// server; a plugin that opens a handle twice, closes it early, exports memory a
+// runtime cannot export or opens memory its exporter did not allow it (the
+// importer allowlist, as Ascend's: g_ipc_allowlist) must fail here as it would
+// on a device.
 
 #include "emulator.h"
 
@@ -26,7 +28,73 @@
 
 namespace emulator {
 
-std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> ipc_export(
+std::atomic<bool> g_ipc_allowlist{true};
+
+namespace {
+
+// The importers this process allowed, per exported allocation (Ascend's
+// aclrtIpcMemSetImportPid): a table in shared memory whose fd rides in every
+// handle, which an importer reads before it maps (when the rule is on).
+struct Allowed {
+  int64_t inode, pid;
+};
+constexpr int64_t kAllowSlots = 4096;
+int g_allow_fd = -1;
+Allowed* g_allowed = nullptr;  // kAllowSlots, the first (0, 0) unused
+
+int allow_table() {  // caller holds g_mutex
+  if (g_allow_fd >= 0) return g_allow_fd;
+  const int fd = memfd_create("lmcache-emulated-ipc-allowlist", MFD_CLOEXEC);
+  TORCH_CHECK(fd >= 0 && ftruncate(fd, kAllowSlots * sizeof(Allowed)) == 0,
+              "creating the IPC allowlist failed: ", std::strerror(errno));
+  g_allowed =
+      reinterpret_cast<Allowed*>(map_shared(fd, kAllowSlots * sizeof(Allowed)));
+  return g_allow_fd = fd;
+}
+
+// Whether the exporter `pid` allowed this process to import `inode`.
+bool allowed_here(int64_t pid, int64_t allow_fd, int64_t inode) {
+  if (pid == getpid()) return true;  // a process maps its own memory
+  const std::string path =
+      "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(allow_fd);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const size_t bytes = kAllowSlots * sizeof(Allowed);
+  void* table = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (table == MAP_FAILED) return false;
+  bool found = false;
+  const auto* slots = static_cast<const Allowed*>(table);
+  for (int64_t i = 0; i < kAllowSlots && slots[i].inode != 0 && !found; ++i)
+    found = slots[i].inode == inode && slots[i].pid == getpid();
+  munmap(table, bytes);
+  return found;
+}
+
+}  // namespace
+
+// Allow process `importer` to open the handle (exporter pid, memfd, inode) of
+// this process's allocation.
+void ipc_allow(int64_t pid, int64_t fd, int64_t inode, int64_t importer) {
+  check_context("ipc_allow");
+  TORCH_CHECK(pid == getpid(), "only the exporting process (", pid,
+              ") allows importers of its memory, not ", getpid());
+  std::lock_guard<std::mutex> lock(g_mutex);
+  struct stat identity{};
+  TORCH_CHECK(fstat(static_cast<int>(fd), &identity) == 0 &&
+                  static_cast<int64_t>(identity.st_ino) == inode,
+              "not a handle of memory this process exports (freed?)");
+  allow_table();
+  int64_t i = 0;
+  while (i < kAllowSlots && g_allowed[i].inode != 0 &&
+         !(g_allowed[i].inode == inode && g_allowed[i].pid == importer))
+    ++i;
+  TORCH_CHECK(i < kAllowSlots, "the IPC allowlist is full (", kAllowSlots,
+              " importers)");
+  g_allowed[i] = Allowed{inode, importer};
+}
+
+std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> ipc_export(
     int64_t ptr) {
   check_context("ipc_export");
   const auto address = static_cast<uintptr_t>(ptr);
@@ -42,20 +110,28 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> ipc_export(
   TORCH_CHECK(
       fstat(mapping->fd, &identity) == 0,
       "fstat of an exportable allocation failed: ", std::strerror(errno));
-  return {static_cast<int64_t>(getpid()), mapping->fd,
+  return {static_cast<int64_t>(getpid()),
+          mapping->fd,
           static_cast<int64_t>(identity.st_ino),
           static_cast<int64_t>(address - base),
-          static_cast<int64_t>(mapping->size)};
+          static_cast<int64_t>(mapping->size),
+          allow_table()};
 }
 
 int64_t ipc_open(int64_t pid, int64_t fd, int64_t inode, int64_t size,
-                 int64_t index) {
+                 int64_t index, int64_t allow_fd) {
   check_context("ipc_open");
   check_index(static_cast<c10::DeviceIndex>(index));
   check_device(static_cast<c10::DeviceIndex>(index));
   TORCH_CHECK(!g_fault_ipc_open, "opening an IPC memory handle of process ",
               pid, " failed: the device refused ",
               "the mapping (fault injected: ipc_open)");
+  TORCH_CHECK(!g_ipc_allowlist || allowed_here(pid, allow_fd, inode),
+              "opening an IPC memory handle of process ", pid,
+              " failed: this process (", getpid(),
+              ") is not on the allocation's importer allowlist. The exporter "
+              "allows each importer before it opens the handle (Ascend: "
+              "aclrtIpcMemSetImportPid)");
   const std::string path =
       "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   const int local_fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
