@@ -51,8 +51,12 @@ VARIANTS: dict[str, dict[str, str]] = {
 #: ``<emulator env var>_NAME``), so the whole suite meets a runtime like that; the rendered README's table of
 #: emulator rules says which runtimes each stands for.
 EMULATOR_RUNTIMES: dict[str, dict[str, str]] = {
-    # torch_npu and torch_musa launch no host functions: every publish synchronizes its stream first.
-    "lmcache-driven-default": {"HOST_FUNCS": "0"},
+    # torch_musa: no host functions (every publish synchronizes its stream first), CUDA's IPC (any process opens a
+    # handle: no importer allowlist).
+    "lmcache-driven-default": {"HOST_FUNCS": "0", "IPC": "cuda"},
+    # CUDA with expandable segments (or vLLM's sleep mode): device memory from a VMM allocator, which legacy IPC
+    # cannot export; the wrapper shares it as a file descriptor.
+    "lmcache-driven-opt-in": {"VMM": "1"},
 }
 #: The host-function models (the rendered runtime.py's ``host_function_model``) besides the one the emulator runs by
 #: default, which the sample answers with (``launch``): the tests marked ``publishes`` run again under each on the

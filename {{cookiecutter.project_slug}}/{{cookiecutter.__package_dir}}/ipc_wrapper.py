@@ -128,9 +128,10 @@ class Plane(NamedTuple):
     @classmethod
     def export(cls, tensor: torch.Tensor, device_index: int) -> Plane:
         address = tensor.untyped_storage().data_ptr()
-        handle, alloc_offset, nbytes = _export_handle(address, device_index)
+        exported = _ipc_rendezvous.export(address, device_index, _export_handle)
+        handle, alloc_offset, nbytes = exported
         return cls(
-            _ipc_rendezvous.named(handle, device_index),
+            handle,
             alloc_offset,
             nbytes,
             tensor.dtype,
@@ -207,8 +208,8 @@ class {{ cookiecutter.class_prefix }}IPCWrapper(DeviceIPCWrapper):
         with _MAPPINGS_LOCK:
             entry = _MAPPED_ALLOCATIONS.get(plane.handle)
             if entry is None:
-                handle = _ipc_rendezvous.opened(plane.handle)
-                entry = [_open_handle(handle, plane.nbytes, index), 0]
+                wire, nbytes = plane.handle, plane.nbytes
+                entry = [_ipc_rendezvous.map_wire(wire, nbytes, index, _open_handle), 0]
                 _MAPPED_ALLOCATIONS[plane.handle] = entry
             entry[1] += 1
             self._opened.append(plane.handle)

@@ -160,3 +160,40 @@ def allow_importer(handle: bytes, pid: int, device: int) -> None:
     with runtime.device(device):
         bind_thread_context(device)  # called on the listener's thread
         runtime.ipc_allow_importer(handle, pid)
+
+
+def memory_is_vmm(address: int) -> bool:
+    """Whether the allocation at ``address`` came from a VMM allocator (torch's
+    expandable segments, vLLM's sleep mode), which legacy IPC cannot export.
+
+    TODO(vendor): your runtime's test (CUDA: ``cuMemRetainAllocationHandle``
+    succeeds), or False when it has no such allocator.
+    """
+    query = getattr(getattr(torch, TORCH_MODULE_NAME), "ipc_memory_is_vmm", None)
+    return bool(query(address)) if query is not None else False
+
+
+def export_shareable(address: int, device: int) -> tuple[int, int, int]:
+    """``(fd, offset of address, allocation size)``: a file descriptor of the VMM
+    allocation holding ``address``, which the caller passes on, then closes.
+
+    TODO(vendor): your runtime's shareable export (CUDA:
+    ``cuMemExportToShareableHandle`` with ``CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR``).
+    """
+    runtime = getattr(torch, TORCH_MODULE_NAME)
+    with runtime.device(device):
+        bind_thread_context(device)
+        return runtime.ipc_export_fd(address)  # type: ignore[no-any-return]
+
+
+def open_shareable(fd: int, nbytes: int, device: int) -> int:
+    """Map the ``nbytes`` allocation behind ``fd`` (received from its exporter):
+    its device address here, unmapped as an opened handle is (``_close_handle``).
+
+    TODO(vendor): your runtime's import and map (CUDA:
+    ``cuMemImportFromShareableHandle``, ``cuMemMap``, ``cuMemSetAccess``).
+    """
+    runtime = getattr(torch, TORCH_MODULE_NAME)
+    with runtime.device(device):
+        bind_thread_context(device)
+        return int(runtime.ipc_open_fd(fd, nbytes, device))

@@ -36,6 +36,7 @@ from lmcache_device_kit.conformance import (
     host_function_models,
     host_memory,
     injected_faults,
+    ipc_importers,
     ipc_wrapper,
     ipc_wrapper_codecs,
     lmcache_driven,
@@ -100,6 +101,10 @@ class TestDoctorPort(doctor_port.BaseDoctorPortTests):
 
 
 class TestIPCWrapper(ipc_wrapper.BaseIPCWrapperTests):
+    pass
+
+
+class TestIPCImporters(ipc_importers.BaseIPCImportersTests):
     pass
 
 

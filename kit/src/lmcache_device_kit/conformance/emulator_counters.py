@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 import ctypes
 import json
+import os
 
 # Third Party
 import pytest
@@ -156,9 +157,15 @@ class BaseEmulatorCountersTests(ConformanceTests):
 
     def test_an_ipc_open_and_close_count_one_each(self, emulator: Any) -> None:
         memory = torch.empty(MIB, dtype=torch.uint8, device=device())
-        handle, _, size = emulator.ipc_export_handle(memory.data_ptr())
-        with counted(emulator) as opened:
-            address = emulator.ipc_open_handle(handle, size, 0)
+        if emulator.ipc_memory_is_vmm(memory.data_ptr()):  # shared as a descriptor
+            fd, _, size = emulator.ipc_export_fd(memory.data_ptr())
+            with counted(emulator) as opened:
+                address = emulator.ipc_open_fd(fd, size, 0)
+            os.close(fd)
+        else:
+            handle, _, size = emulator.ipc_export_handle(memory.data_ptr())
+            with counted(emulator) as opened:
+                address = emulator.ipc_open_handle(handle, size, 0)
         with counted(emulator) as closed:
             emulator.ipc_close_handle(address)
         assert (opened.did, closed.did) == ({"ipc_opens": 1}, {"ipc_closes": 1})

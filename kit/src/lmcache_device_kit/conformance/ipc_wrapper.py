@@ -105,52 +105,6 @@ wrapper.close()
         assert torch.equal(after, before), "bytes outside the wrapped view changed"
         assert "still open at exit" not in done.stderr
 
-    def test_a_process_opens_exported_memory_only_once_its_exporter_allowed_it(
-        self, lmcache_driven: Any, emulator: Any
-    ) -> None:
-        """With an importer allowlist (Ascend's ``aclrtIpcMemSetImportPid``; the
-        emulator's default), a process opens another's handle only once the exporter
-        allowed it, and is refused, naming the call, before (the wrapper's handles
-        name where importers get allowed: the test above maps through them)."""
-        # Standard
-        import importlib
-        import subprocess
-        import sys
-        import tempfile
-
-        # First Party
-        from lmcache_device_kit.harness.spawn import child_env
-
-        if not hasattr(emulator, "ipc_allow_importer"):
-            pytest.skip("the emulator runs without an importer allowlist (CUDA's)")
-        module = kit_backend.current().torch_module_name
-        exporter = f"""
-import os, sys, torch
-runtime = torch.{module}
-memory = [torch.full((1 << 16,), 7, dtype=torch.uint8, device="{module}") for _ in "ab"]
-handles = [runtime.ipc_export_handle(m.data_ptr())[0] for m in memory]
-runtime.ipc_allow_importer(handles[1], os.getppid())
-print(" ".join(h.hex() for h in handles), flush=True)
-sys.stdin.read()
-"""
-        child = subprocess.Popen(
-            [sys.executable, "-c", exporter], env=child_env({}), text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tempfile.gettempdir(),
-        )  # fmt: skip
-        try:
-            assert child.stdout is not None
-            refused, allowed = map(bytes.fromhex, child.stdout.readline().split())
-            with pytest.raises(RuntimeError, match="aclrtIpcMemSetImportPid"):
-                emulator.ipc_open_handle(refused, 1 << 16, 0)
-            address = emulator.ipc_open_handle(allowed, 1 << 16, 0)
-            ops = importlib.import_module(f"{kit_backend.current().package}.device_ops")
-            on = torch.device(module, 0)
-            mapped = ops.device_tensor(address, (1 << 16,), torch.uint8, on)
-            assert int(mapped.sum()) == 7 << 16
-            emulator.ipc_close_handle(address)
-        finally:
-            child.communicate("", timeout=60)
-
     def test_a_strided_view_is_rebuilt_with_its_strides(
         self, lmcache_driven: Any
     ) -> None:

@@ -166,9 +166,13 @@ STEPS: tuple[Step, ...] = (
             "ipc_wrapper.py:_close_handle",
             "runtime.py:importers_must_be_allowed",
             "runtime.py:allow_importer",
+            "runtime.py:memory_is_vmm",
+            "runtime.py:export_shareable",
+            "runtime.py:open_shareable",
         ),
         "cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle "
-        "(aclrtIpcMemSetImportPid: each importer allowed); "
+        "(aclrtIpcMemSetImportPid: each importer allowed; VMM memory: "
+        "cuMemExportToShareableHandle, a file descriptor); "
         "{torch}.get_device_properties(i).uuid",
         "TestIPCWrapper, TestNpuIpcWrapper, TestCudaIpcWrapper",
         "ipc memory",
@@ -179,6 +183,9 @@ STEPS: tuple[Step, ...] = (
             ("ipc_wrapper.py:_close_handle", "ipc_close_handle"),
             ("runtime.py:importers_must_be_allowed", "ipc_allow_importer"),
             ("runtime.py:allow_importer", "ipc_allow_importer"),
+            ("runtime.py:memory_is_vmm", "ipc_memory_is_vmm"),
+            ("runtime.py:export_shareable", "ipc_export_fd"),
+            ("runtime.py:open_shareable", "ipc_open_fd"),
         ),
     ),
     Step(
@@ -282,19 +289,3 @@ STEPS: tuple[Step, ...] = (
         "device numbers",
     ),
 )
-
-
-def step(key: str) -> Step:
-    """The step ``key``."""
-    (found,) = [s for s in STEPS if s.key == key]
-    return found
-
-
-def site_file(site: str) -> str:
-    """The file of a site, relative to the package (``tests/...``: the render's)."""
-    return site.partition(":")[0]
-
-
-def site_name(site: str, prefix: str = "") -> str:
-    """The name within the file of a site ('' for the module or file itself)."""
-    return site.partition(":")[2].replace("{prefix}", prefix)

@@ -33,7 +33,7 @@ import sys
 # Local
 from ..backend import current
 from . import probes, project_probes
-from .ladder import STEPS, Step, site_file, site_name
+from .ladder import STEPS, Step
 from .probes import Outcome
 from .report import Report
 
@@ -55,6 +55,17 @@ PROOFS = {
 
 #: The proofs that need no device: they read the project, not the runtime.
 DEVICE_FREE = {"device numbers"}
+
+
+def site_file(site: str) -> str:
+    """The file of a ladder site, relative to the package (``tests/...``: the
+    render's)."""
+    return site.partition(":")[0]
+
+
+def site_name(site: str, prefix: str = "") -> str:
+    """The name within the file of a site ('' for the module or file itself)."""
+    return site.partition(":")[2].replace("{prefix}", prefix)
 
 
 def package_file(relative: str) -> str | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 # Standard
 from collections.abc import Callable
 from typing import Any, NamedTuple
+import functools
 import importlib.util
 import threading
 
@@ -71,15 +72,24 @@ def _on_new_thread(body: Callable[[], object]) -> object:
     return result[0]
 
 
+def _export(ptr: int) -> bytes:
+    """The plugin's export of the allocation at ``ptr`` on device 0, as its wrapper
+    exports it: through its rendezvous where it has one (VMM memory: a descriptor)."""
+    export = plugin_module("ipc_wrapper")._export_handle
+    if has_module("_ipc_rendezvous"):
+        rendezvous = plugin_module("_ipc_rendezvous")
+        export = functools.partial(rendezvous.export, legacy=export)
+    return export(ptr, 0)[0]  # type: ignore[no-any-return]
+
+
 def thread_context(spec: Any) -> Outcome:
     runtime = plugin_module("runtime")
-    ipc = plugin_module("ipc_wrapper")
     tensor = _torch().empty(1 << 20, dtype=_torch().uint8, device=_device())
 
     def body() -> bool:
         runtime.bind_thread_context(0)
         try:  # a call that needs the thread's context (on Ascend, on the emulator)
-            ipc._export_handle(tensor.data_ptr(), 0)
+            _export(tensor.data_ptr())
         except AttributeError:  # the runtime has no IPC export yet: its own step
             return False
         return True
@@ -178,8 +188,10 @@ def host_access(spec: Any) -> Outcome:
 
 
 def ipc_memory(spec: Any) -> Outcome:
+    """The wrapper's export of one allocation: the runtime's handle, or (VMM memory)
+    a descriptor, through the plugin's rendezvous where it has one."""
     tensor = _torch().empty(1 << 20, dtype=_torch().uint8, device=_device())
-    handle = plugin_module("ipc_wrapper")._export_handle(tensor.data_ptr(), 0)[0]
+    handle = _export(tensor.data_ptr())
     if not isinstance(handle, bytes | bytearray) or not handle:
         return Outcome(False, f"export gave {handle!r}", "return the handle's bytes")
     return Outcome(

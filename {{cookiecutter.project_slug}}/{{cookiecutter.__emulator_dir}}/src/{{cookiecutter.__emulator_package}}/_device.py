@@ -51,6 +51,9 @@ HOST_FUNCS_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_HOST_FUNCS"
 #: process opens an exported handle (CUDA). By default an importer must be allowed by
 #: the exporter first (``ipc_allow_importer``), as on Ascend (``_ipc.py``).
 IPC_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_IPC"
+#: ``1``: device memory comes through the VMM API (torch's expandable segments, vLLM's
+#: sleep mode): legacy IPC refuses it, ``ipc_export_fd`` shares it (``_ipc.py``).
+VMM_ENV_VAR = "{{ cookiecutter.__emulator_env_var }}_VMM"
 #: ``0``: one runtime context for every thread (CUDA's primary context). By default
 #: contexts are per thread, as on Ascend: host registration and IPC export, open and
 #: close fail on a thread that has not set its device (the loading thread has).
@@ -235,7 +238,8 @@ def _install() -> types.ModuleType:
         "is_emulator": True,
     }
     members |= _streams.host_function_members(os.environ.get(HOST_FUNCS_ENV_VAR, ""))
-    members |= _ipc.members(os.environ.get(IPC_ENV_VAR, ""))
+    vmm = os.environ.get(VMM_ENV_VAR) == "1"
+    members |= _ipc.members(os.environ.get(IPC_ENV_VAR, ""), vmm)
     for name, value in members.items():
         setattr(module, name, value)
     _record.watch(module)  # with RECORD_ENV_VAR only

@@ -35,17 +35,21 @@ def bind(ext: Any) -> None:
     _ext = ext
 
 
-def members(model: str) -> dict[str, Any]:
-    """The IPC members ``model`` gives ``torch.<device>``."""
+def members(model: str, vmm: bool = False) -> dict[str, Any]:
+    """The IPC members ``model`` gives ``torch.<device>``; ``vmm``: device memory is
+    allocated through the VMM API (as with torch's expandable segments), which legacy
+    IPC cannot export: ``ipc_export_fd`` shares it as a file descriptor."""
     if model not in MODELS:
         raise ValueError(
             f"{{ cookiecutter.__emulator_env_var }}_IPC={model!r}: set it to "
             "cuda, 0 or nothing (Ascend's importer allowlist)"
         )
     _ext.require_ipc_allowlist(model == "")
+    _ext.allocate_through_vmm(vmm)
     if model == "0":
         return {}
     calls = [ipc_export_handle, ipc_open_handle, ipc_close_handle]
+    calls += [ipc_memory_is_vmm, ipc_export_fd, ipc_open_fd]
     calls += [ipc_allow_importer] if model == "" else []
     return {call.__name__: call for call in calls}
 
@@ -84,6 +88,27 @@ def ipc_open_handle(handle: bytes, size: int, device: Any = None) -> int:
     """
     pid, fd, identity, allowlist = _unpack(handle)
     return int(_ext.ipc_open(pid, fd, identity, size, device_index(device), allowlist))
+
+
+def ipc_memory_is_vmm(ptr: int) -> bool:
+    """Whether the allocation at ``ptr`` came through the VMM API (legacy IPC cannot
+    export it; CUDA: ``cuMemRetainAllocationHandle`` succeeds)."""
+    return bool(_ext.memory_is_vmm(ptr))
+
+
+def ipc_export_fd(ptr: int) -> tuple[int, int, int]:
+    """``(fd, offset, size)``: a descriptor of its own for the allocation holding
+    ``ptr`` (``cuMemExportToShareableHandle``), sent over a Unix socket
+    (``SCM_RIGHTS``), then closed by the caller."""
+    fd, offset, size = _ext.ipc_export_fd(ptr)
+    return int(fd), int(offset), int(size)
+
+
+def ipc_open_fd(fd: int, size: int, device: Any = None) -> int:
+    """Map the allocation behind descriptor ``fd`` (received from its exporter;
+    ``cuMemImportFromShareableHandle`` and ``cuMemMap``): its device address here,
+    closed as an opened handle is (``ipc_close_handle``)."""
+    return int(_ext.ipc_open_fd(fd, size, device_index(device)))
 
 
 def ipc_close_handle(address: int) -> None:

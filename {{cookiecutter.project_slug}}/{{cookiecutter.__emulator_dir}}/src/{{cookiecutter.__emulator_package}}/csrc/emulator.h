@@ -60,6 +60,9 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> ipc_export(
 int64_t ipc_open(int64_t pid, int64_t fd, int64_t inode, int64_t size,
                  int64_t index, int64_t allow_fd);
 void ipc_allow(int64_t pid, int64_t fd, int64_t inode, int64_t importer);
+std::tuple<int64_t, int64_t, int64_t> ipc_export_fd(int64_t ptr);  // VMM
+int64_t ipc_open_fd(int64_t fd, int64_t size, int64_t index);
+extern std::atomic<bool> g_vmm;  // allocations made now are VMM (memory.cpp)
 extern std::atomic<bool> g_ipc_allowlist;  // importers must be allowed
 void ipc_close(int64_t address);
 std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> ipc_imports();
@@ -85,6 +88,7 @@ struct Mapping {
   int64_t pid = 0;              // imports: the exporting process
   char* shadow = nullptr;       // the host view of the bytes (none once closed)
   Worker* stream = nullptr;     // allocations: the stream a free is ordered on
+  bool vmm = false;  // allocations: through the VMM API (no legacy IPC export)
 };
 extern std::mutex g_mutex;  // guards the allocations
 extern std::map<uintptr_t, Mapping>

@@ -236,6 +236,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "require_ipc_allowlist", [](bool on) { g_ipc_allowlist = on; },
       "Whether an importer must be allowed by the exporter.");
+  m.def(
+      "allocate_through_vmm", [](bool on) { g_vmm = on; },
+      "Whether allocations go through the VMM API (no legacy IPC export).");
+  m.def(
+      "memory_is_vmm",
+      [](int64_t ptr) {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        const Mapping* mapping = find_holding(static_cast<uintptr_t>(ptr));
+        return mapping != nullptr && mapping->vmm;
+      },
+      "Whether the allocation at an address came through the VMM API.");
+  m.def("ipc_export_fd", &ipc_export_fd,
+        "(descriptor, offset, size) of the allocation at an address (VMM).");
+  m.def("ipc_open_fd", &ipc_open_fd,
+        "Map an allocation by its descriptor (VMM): its address here.");
   m.def("ipc_close", &ipc_close,
         "Unmap an opened allocation, for every user in this process.");
   m.def("ipc_imports", &ipc_imports,

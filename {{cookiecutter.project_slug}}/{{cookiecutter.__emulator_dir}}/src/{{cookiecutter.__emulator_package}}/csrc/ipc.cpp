@@ -106,6 +106,12 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> ipc_export(
               "allocations of at least ", kShareableBytes,
               " bytes made by this process can be exported (allocate ",
               "KV caches as whole tensors of at least that size)");
+  TORCH_CHECK(!mapping->vmm, "address ", ptr,
+              " was allocated through the VMM API (expandable segments): "
+              "legacy IPC cannot export it. Export it as a shareable handle "
+              "instead, a file descriptor the importer receives over a Unix "
+              "socket (SCM_RIGHTS), as LMCache's VmmCudaIPCWrapper does "
+              "(cuMemExportToShareableHandle: ipc_export_fd)");
   struct stat identity{};
   TORCH_CHECK(
       fstat(mapping->fd, &identity) == 0,
@@ -117,6 +123,8 @@ std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> ipc_export(
           static_cast<int64_t>(mapping->size),
           allow_table()};
 }
+
+int64_t map_import(int local_fd, int64_t size, int64_t index, int64_t pid);
 
 int64_t ipc_open(int64_t pid, int64_t fd, int64_t inode, int64_t size,
                  int64_t index, int64_t allow_fd) {
@@ -145,6 +153,16 @@ int64_t ipc_open(int64_t pid, int64_t fd, int64_t inode, int64_t size,
     close(local_fd);
     TORCH_CHECK(false, "emulated IPC handle ", path,
                 " is stale: the exporting process freed that allocation");
+  }
+  return map_import(local_fd, size, index, pid);
+}
+
+// Map the shared memory behind `local_fd` (closed here), once per allocation.
+int64_t map_import(int local_fd, int64_t size, int64_t index, int64_t pid) {
+  struct stat identity{};
+  if (fstat(local_fd, &identity) != 0) {
+    close(local_fd);
+    TORCH_CHECK(false, "not an exported allocation: ", std::strerror(errno));
   }
   std::lock_guard<std::mutex> lock(g_mutex);
   for (const auto& [base, mapping] : g_mappings) {
@@ -198,6 +216,34 @@ std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> ipc_imports() {
     }
   }
   return out;
+}
+
+// The VMM route (cuMemExportToShareableHandle, cuMemImportFromShareableHandle):
+// a descriptor of its own for the allocation at `ptr` (the caller sends, then
+// closes it), its offset there and size; and the importer's mapping of one.
+std::tuple<int64_t, int64_t, int64_t> ipc_export_fd(int64_t ptr) {
+  check_context("ipc_export_fd");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  uintptr_t base = 0;
+  const Mapping* mapping = find_holding(static_cast<uintptr_t>(ptr), &base);
+  TORCH_CHECK(mapping && mapping->fd >= 0, "address ", ptr,
+              " is not in exportable emulated device memory");
+  const int fd = fcntl(mapping->fd, F_DUPFD_CLOEXEC, 0);
+  TORCH_CHECK(fd >= 0, "dup failed: ", std::strerror(errno));
+  return {fd, static_cast<int64_t>(static_cast<uintptr_t>(ptr) - base),
+          static_cast<int64_t>(mapping->size)};
+}
+
+int64_t ipc_open_fd(int64_t fd, int64_t size, int64_t index) {
+  check_context("ipc_open_fd");
+  check_index(static_cast<c10::DeviceIndex>(index));
+  check_device(static_cast<c10::DeviceIndex>(index));
+  TORCH_CHECK(!g_fault_ipc_open,
+              "opening an IPC memory descriptor failed: the device refused "
+              "the mapping (fault injected: ipc_open)");
+  const int local_fd = fcntl(static_cast<int>(fd), F_DUPFD_CLOEXEC, 0);
+  TORCH_CHECK(local_fd >= 0, "not a descriptor: ", std::strerror(errno));
+  return map_import(local_fd, size, index, 0);
 }
 
 }  // namespace emulator

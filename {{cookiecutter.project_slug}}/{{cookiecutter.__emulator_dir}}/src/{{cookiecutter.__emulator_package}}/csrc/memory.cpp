@@ -45,6 +45,7 @@ namespace emulator {
 std::mutex g_mutex;
 
 std::map<uintptr_t, Mapping> g_mappings;
+std::atomic<bool> g_vmm{false};
 
 namespace {
 
@@ -123,6 +124,7 @@ c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
       nbytes, " bytes (fault injected: oom)");
   Mapping mapping{kPrivate, nbytes, index};
   mapping.stream = current_worker(index);  // where its free is ordered
+  mapping.vmm = g_vmm;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto cached = nbytes >= kShareableBytes ? g_cached.find({index, nbytes})
@@ -132,7 +134,8 @@ c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
       g_cached.erase(cached);
       g_cached_bytes -= nbytes;
       g_mappings[reinterpret_cast<uintptr_t>(entry.address)] =
-          Mapping{entry.fd, nbytes, index, 0, 0, entry.shadow, mapping.stream};
+          Mapping{entry.fd, nbytes,       index,          0,
+                  0,        entry.shadow, mapping.stream, mapping.vmm};
       return {entry.address, entry.address, deleter, device};
     }
   }
