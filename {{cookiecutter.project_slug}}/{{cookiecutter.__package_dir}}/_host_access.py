@@ -97,10 +97,12 @@ def kernel_host_address(ptr: int, nbytes: int, device: int) -> int | None:
     kept = None
     with _lock:
         index = bisect.bisect_right(_bases, ptr) - 1
-        if index >= 0 and ptr + nbytes <= _bases[index] + _kept[_bases[index]][0]:
-            kept = _bases[index], _kept[_bases[index]][1]
-            if device in kept[1]:
-                return kept[1][device] + (ptr - kept[0])
+        base = _bases[index] if index >= 0 else 0
+        size, aliases = _kept[base] if index >= 0 else (0, {})
+        if index >= 0 and ptr + nbytes <= base + size:
+            kept = base, aliases
+            if device in aliases:
+                return aliases[device] + (ptr - base)
     runtime = _runtime()
     is_pinned = getattr(runtime, "host_is_pinned", None)
     if nbytes <= 0 or is_pinned is None or not is_pinned(ptr, nbytes):
