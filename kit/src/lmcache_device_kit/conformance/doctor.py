@@ -46,13 +46,9 @@ TIMEOUT = "1"
 
 
 def doctor(
-    *args: str,
-    env: dict[str, str | None] | None = None,
-    pythonpath: Path | None = None,
-    cwd: Path | None = None,
+    *args: str, env: dict[str, str | None] | None = None, pythonpath: Path | None = None
 ) -> tuple[int, str, float]:
-    """Run ``python -m <pkg>.doctor *args`` (in ``cwd``, else outside any source
-    tree); (exit status, stdout, seconds)."""
+    """Run ``python -m <pkg>.doctor *args``; (exit status, stdout, seconds)."""
     overrides: dict[str, str | None] = {
         "LMCACHE_DEVICE_BACKEND": None,
         "DEVICE_TYPE": None,
@@ -65,7 +61,7 @@ def doctor(
         [sys.executable, "-m", f"{kit_backend.current().package}.doctor", *args],
         env=child_env(overrides),
         timeout=DEADLINE_S + 30,
-        cwd=cwd or tempfile.gettempdir(),
+        cwd=tempfile.gettempdir(),  # outside any source tree
     )
     return done.returncode, done.stdout, time.monotonic() - started
 

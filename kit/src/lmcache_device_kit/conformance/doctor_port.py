@@ -20,6 +20,9 @@ from typing import Any
 import importlib
 import json
 
+# Third Party
+import pytest
+
 # First Party
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.base import ConformanceTests
@@ -30,12 +33,9 @@ from lmcache_device_kit.doctor.ladder import STEPS
 from lmcache_device_kit.runtime_calls import EMULATOR_ONLY
 
 
-def ladder(
-    *env: tuple[str, str], cwd: Path | None = None
-) -> tuple[int, dict[str, dict[str, Any]]]:
-    """``doctor --port --json`` (with ``env``, in ``cwd``): its status, and its steps
-    by key."""
-    status, out, _ = doctor("--port", "--json", env=dict(env), cwd=cwd)
+def ladder(*env: tuple[str, str]) -> tuple[int, dict[str, dict[str, Any]]]:
+    """``doctor --port --json`` (with ``env``): its status, and its steps by key."""
+    status, out, _ = doctor("--port", "--json", env=dict(env))
     report = json.loads(out)
     assert report["ok"] == (status == 0), out
     keys = [step.key for step in STEPS if port.applies(step)]
@@ -74,23 +74,34 @@ class BaseDoctorPortTests(ConformanceTests):
             assert [k for k, c in steps.items() if state(c) == "✗"] == [], steps
 
     def test_doctor_port_reads_the_device_numbers_of_the_project_it_runs_in(
-        self, tmp_path: Path
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Run in the project's directory, the last step reads its pyproject.toml's
         ``[tool.lmcache-device-kit.device]``: a described device is ✓, a number that
-        is not one ✗ with what to write (the kit's defaults read not ported yet)."""
+        is not one ✗ with what to write, the kit's defaults not ported yet, and run
+        elsewhere, the step says where to run (its proof, in this process)."""
+        # First Party
+        from lmcache_device_kit.doctor import project_probes
+
         package = kit_backend.current().package
         project = importlib.import_module(f"{package}._lmcache_compat").PROJECT
         table = '[project]\nname = "{}"\n[tool.lmcache-device-kit.device]\n{}\n'
         seen = {}
+        monkeypatch.chdir(tmp_path)
         for case, line in (("described", "launch_us = 3.0"), ("wrong", "sync_us = 0")):
             (tmp_path / "pyproject.toml").write_text(table.format(project, line))
-            _, steps = ladder(cwd=tmp_path)
-            seen[case] = steps["device-numbers"]
-        assert state(seen["described"]) == "✓", seen
-        assert state(seen["wrong"]) == "✗" and "sync_us" in seen["wrong"]["detail"], (
-            seen
-        )
+            seen[case] = project_probes.device_numbers(None)
+        (tmp_path / "pyproject.toml").write_text(table.format(project, ""))
+        seen["defaults"] = project_probes.device_numbers(None)
+        (tmp_path / "pyproject.toml").write_text(table.format("another", ""))
+        seen["elsewhere"] = project_probes.device_numbers(None)
+        assert {case: outcome.ok for case, outcome in seen.items()} == {
+            "described": True,
+            "wrong": False,
+            "defaults": None,
+            "elsewhere": None,
+        }, seen
+        assert "sync_us" in seen["wrong"].detail and seen["wrong"].fix, seen
 
     def test_doctor_port_without_the_emulator_reads_the_samples_steps_not_ported_yet(
         self, emulator: Any

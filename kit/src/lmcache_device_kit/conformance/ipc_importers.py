@@ -34,19 +34,7 @@ import torch
 # First Party
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.base import ConformanceTests
-from lmcache_device_kit.conformance.support import run_python
 from lmcache_device_kit.harness.spawn import child_env
-
-#: A process that maps a wrapper (its serialized form in ``argv[1]``) and fills it.
-IMPORTER = """
-import sys, lmcache, torch
-from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper
-wrapper = DeviceIPCWrapper.Deserialize(bytes.fromhex(sys.argv[1]))
-view = wrapper.to_tensor()
-view.fill_(5)
-view.cpu()
-wrapper.close()
-"""
 
 
 class BaseIPCImportersTests(ConformanceTests):
@@ -76,10 +64,7 @@ runtime.ipc_allow_importer(handles[1], os.getppid())
 print(" ".join(h.hex() for h in handles), flush=True)
 sys.stdin.read()
 """
-        child = subprocess.Popen(
-            [sys.executable, "-c", exporter], env=child_env({}), text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tempfile.gettempdir(),
-        )  # fmt: skip
+        child = _exporting(exporter, {})
         try:
             assert child.stdout is not None
             refused, allowed = map(bytes.fromhex, child.stdout.readline().split())
@@ -103,28 +88,46 @@ sys.stdin.read()
         importer fetches from the exporter (``SCM_RIGHTS``, as LMCache's
         ``VmmCudaIPCWrapper`` delivers it out of band), and writes through its view."""
         backend = kit_backend.current()
-        device, package = backend.device_type, backend.package
-        done = run_python(
-            f"""
-import importlib, subprocess, sys, lmcache, torch
+        exporter = f"""
+import importlib, sys, lmcache, torch
 from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper as codec
-memory = torch.zeros(1 << 16, dtype=torch.uint8, device="{device}")
+memory = torch.zeros(1 << 16, dtype=torch.uint8, device="{backend.device_type}")
 try:
     torch.{backend.torch_module_name}.ipc_export_handle(memory.data_ptr())
 except RuntimeError as error:
     print("legacy refused:", "ipc_export_fd" in str(error), flush=True)
-module = importlib.import_module("{package}.ipc_wrapper")
+module = importlib.import_module("{backend.package}.ipc_wrapper")
 wrapper = getattr(module, "{lmcache_driven.ipc_wrapper_cls.__name__}")
-payload = codec.Serialize(wrapper.wrap(memory)).hex()
-done = subprocess.run([sys.executable, "-c", {IMPORTER!r}, payload], text=True,
-                      capture_output=True)
-print(done.returncode, done.stderr[-2000:], flush=True)
-print("written:", int(memory.sum().cpu()) == 5 << 16)
-""",
-            env={f"{backend.emulator_env_var}_VMM": "1"},
-            fresh=True,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        lines = done.stdout.strip().splitlines()
-        assert lines[0] == "legacy refused: True", done.stdout
-        assert lines[-1] == "written: True", done.stdout[-3000:]
+print(codec.Serialize(wrapper.wrap(memory)).hex(), flush=True)
+sys.stdin.readline()
+print("written:", int(memory.sum().cpu()) == 5 << 16, flush=True)
+"""
+        child = _exporting(exporter, {f"{backend.emulator_env_var}_VMM": "1"})
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            refused = child.stdout.readline().strip()
+            payload = bytes.fromhex(child.stdout.readline().strip())
+            wrapper = _codec().Deserialize(payload)
+            wrapper.to_tensor().fill_(5)
+            emulator.synchronize()
+            wrapper.close()
+            said, _ = child.communicate("go\n", timeout=60)
+        finally:
+            child.kill()
+        assert (refused, said.strip()) == ("legacy refused: True", "written: True")
+
+
+def _exporting(code: str, env: dict[str, str | None]) -> subprocess.Popen[str]:
+    """A fresh interpreter running ``code``, talking on its stdin and stdout."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code], env=child_env(env), text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tempfile.gettempdir(),
+    )  # fmt: skip
+
+
+def _codec() -> Any:
+    """LMCache's ``DeviceIPCWrapper``: its Serialize/Deserialize are the wire codec."""
+    # First Party
+    from lmcache.v1.platform.base.ipc_wrapper import DeviceIPCWrapper
+
+    return DeviceIPCWrapper
