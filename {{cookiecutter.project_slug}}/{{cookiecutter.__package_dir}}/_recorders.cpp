@@ -17,8 +17,8 @@
 // (cudaLaunchHostFunc; aclrtLaunchCallback on Ascend), passed from native_ops.py.
 // A runtime without one keeps the synchronizing path (runtime.py). On Ascend a
 // callback runs only on a thread subscribed to its stream that processes
-// reports: subscribe_reports gives each stream one (runtime.py's model
-// "subscribed"), as LMCache-Ascend's callback thread does.
+// reports (aclrtSubscribeReport, aclrtProcessReport): subscribe_reports gives
+// each stream one (runtime.py's model "subscribed").
 {%- else %}
 // An engine-driven-only plugin binds none of them: they serve LMCache-driven
 // transfer, which it does not offer.
