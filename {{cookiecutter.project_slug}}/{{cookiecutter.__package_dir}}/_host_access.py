@@ -97,12 +97,13 @@ def kernel_host_address(ptr: int, nbytes: int, device: int) -> int | None:
     kept = None
     with _lock:
         index = bisect.bisect_right(_bases, ptr) - 1
-        base = _bases[index] if index >= 0 else 0
-        size, aliases = _kept[base] if index >= 0 else (0, {})
-        if index >= 0 and ptr + nbytes <= base + size:
-            kept = base, aliases
-            if device in aliases:
-                return aliases[device] + (ptr - base)
+        if index >= 0:
+            base = _bases[index]
+            size, aliases = _kept[base]
+            if ptr + nbytes <= base + size:
+                kept = base, aliases
+                if device in aliases:
+                    return aliases[device] + (ptr - base)
     runtime = _runtime()
     is_pinned = getattr(runtime, "host_is_pinned", None)
     if nbytes <= 0 or is_pinned is None or not is_pinned(ptr, nbytes):

@@ -57,7 +57,7 @@ from . import _ipc_rendezvous
 from ._lmcache_compat import DeviceIPCWrapper, init_logger{{ ", wire" if cookiecutter.ownership == "wheel" else "" }}
 from .device_ops import device_tensor
 from .names import DEVICE_TYPE, TORCH_MODULE_NAME
-from .runtime import bind_thread_context
+from .runtime import on_device
 
 logger = init_logger(__name__)
 
@@ -83,9 +83,8 @@ def _export_handle(address: int, device_index: int) -> tuple[bytes, int, int]:
     ``address`` (what cudaIpcGetMemHandle, or your driver's export call, gives),
     as bytes. This version uses the CPU emulator's handles.
     """
-    with _runtime().device(device_index):  # type: ignore[attr-defined]
-        bind_thread_context(device_index)  # a worker's heartbeat thread re-exports
-        return _runtime().ipc_export_handle(address)  # type: ignore[attr-defined, no-any-return]
+    with on_device(device_index) as runtime:  # a worker's heartbeat thread re-exports
+        return runtime.ipc_export_handle(address)  # type: ignore[no-any-return]
 
 
 def _open_handle(handle: bytes, nbytes: int, device_index: int) -> int:
@@ -95,9 +94,8 @@ def _open_handle(handle: bytes, nbytes: int, device_index: int) -> int:
     TODO(vendor): open the handle with your runtime on ``device_index``
     (cudaIpcOpenMemHandle-like). Called once per allocation and process.
     """
-    with _runtime().device(device_index):  # type: ignore[attr-defined]
-        bind_thread_context(device_index)  # the server maps on threads of its own
-        return int(_runtime().ipc_open_handle(handle, nbytes, device_index))  # type: ignore[attr-defined]
+    with on_device(device_index) as runtime:  # the server maps on threads of its own
+        return int(runtime.ipc_open_handle(handle, nbytes, device_index))
 
 
 def _close_handle(address: int, device_index: int) -> None:
@@ -105,9 +103,8 @@ def _close_handle(address: int, device_index: int) -> None:
 
     TODO(vendor): your runtime's close call (cudaIpcCloseMemHandle-like).
     """
-    with _runtime().device(device_index):  # type: ignore[attr-defined]
-        bind_thread_context(device_index)
-        _runtime().ipc_close_handle(address)  # type: ignore[attr-defined]
+    with on_device(device_index) as runtime:
+        runtime.ipc_close_handle(address)
 
 
 #: One layer as the engine registered it: a tensor, or its planes ((K, V) tuples).

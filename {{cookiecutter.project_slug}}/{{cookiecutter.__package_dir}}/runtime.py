@@ -10,8 +10,9 @@ with 107002 on a thread that has not bound one), and LMCache calls this plugin f
 threads of its own: its lazy allocator pins host memory from a background thread, a
 worker's heartbeat thread re-exports KV caches after a server restart, and the
 server maps and unmaps them on its request threads. LMCache's NPU pin backend binds
-a context once per thread (``_ensure_context``); ``pin_memory.py`` and
-``ipc_wrapper.py`` call ``bind_thread_context`` before each of their runtime calls.
+a context once per thread (``_ensure_context``); ``pin_memory.py`` calls
+``bind_thread_context`` before each of its runtime calls, ``ipc_wrapper.py`` makes
+them in ``on_device``.
 The CPU emulator requires it by default (``..._THREAD_CONTEXTS=0``: one context for
 every thread, as CUDA's primary context).
 
@@ -43,7 +44,9 @@ Imports only ``names``; ``pin_memory``, ``ipc_wrapper``, ``_ipc_rendezvous``,
 from __future__ import annotations
 
 # Standard
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 import threading
 
 # Third Party
@@ -72,6 +75,17 @@ def bind_thread_context(device: int | None = None) -> None:
     if index not in devices or runtime.current_device() != index:
         runtime.set_device(index)
         devices.add(index)
+
+
+@contextmanager
+def on_device(device: int) -> Iterator[Any]:
+    """``device`` current on the calling thread, its context bound, for the block:
+    ``torch.<device>``, for the runtime calls that need both (IPC export, open,
+    close, allowlist), which LMCache makes from threads of its own."""
+    runtime = getattr(torch, TORCH_MODULE_NAME)
+    with runtime.device(device):
+        bind_thread_context(device)
+        yield runtime
 
 
 #: How a runtime runs a host function after a stream's work, by model:
@@ -156,9 +170,7 @@ def allow_importer(handle: bytes, pid: int, device: int) -> None:
     TODO(vendor): your runtime's allowlist call (Ascend:
     ``aclrtIpcMemSetImportPid`` with the handle's key and ``[pid]``).
     """
-    runtime = getattr(torch, TORCH_MODULE_NAME)
-    with runtime.device(device):
-        bind_thread_context(device)  # called on the listener's thread
+    with on_device(device) as runtime:  # called on the listener's thread
         runtime.ipc_allow_importer(handle, pid)
 
 
@@ -180,9 +192,7 @@ def export_shareable(address: int, device: int) -> tuple[int, int, int]:
     TODO(vendor): your runtime's shareable export (CUDA:
     ``cuMemExportToShareableHandle`` with ``CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR``).
     """
-    runtime = getattr(torch, TORCH_MODULE_NAME)
-    with runtime.device(device):
-        bind_thread_context(device)
+    with on_device(device) as runtime:
         return runtime.ipc_export_fd(address)  # type: ignore[no-any-return]
 
 
@@ -193,7 +203,5 @@ def open_shareable(fd: int, nbytes: int, device: int) -> int:
     TODO(vendor): your runtime's import and map (CUDA:
     ``cuMemImportFromShareableHandle``, ``cuMemMap``, ``cuMemSetAccess``).
     """
-    runtime = getattr(torch, TORCH_MODULE_NAME)
-    with runtime.device(device):
-        bind_thread_context(device)
+    with on_device(device) as runtime:
         return int(runtime.ipc_open_fd(fd, nbytes, device))
