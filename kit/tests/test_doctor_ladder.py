@@ -76,6 +76,7 @@ def plugin(
             f"kit_test_port{next(made)}",
             {
                 "_lmcache_compat.py": 'CLASS_PREFIX = "Bar"\n',
+                "device_ops.py": "",  # a backend of its own device type
                 "runtime.py": runtime,
             },
         )
@@ -137,6 +138,34 @@ def test_without_the_device_sample_steps_are_not_ported_yet_and_the_rest_fail(
     assert not device.ok and not device.pending and "install it" in device.fix
     # read from the project, not the device: run elsewhere, it says where to run
     assert lines["your device's numbers, for what a request costs"].pending
+    assert not ladder.ok
+
+
+def test_a_backend_that_extends_a_builtin_climbs_its_own_steps(
+    fake_plugin: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin with ``detect.py`` and no ops of its own (it extends a built-in): its
+    steps are the built-in it extends, its runtime's detection and its overrides,
+    then the device's numbers; without the device each fails with the failing
+    check's fix."""
+    name = fake_plugin(
+        "kit_test_port_extension",
+        {"_lmcache_compat.py": 'CLASS_PREFIX = "Maca"\n', "detect.py": ""},
+    )
+    monkeypatch.setenv(kit_backend.PACKAGE_ENV_VAR, name)
+    kit_backend.current.cache_clear()
+    checks = Report()
+    checks.add("vendor runtime", False, "not maca's runtime", "export X_STAND_IN=1")
+    ladder = port.climb(None, checks)
+    lines = {c.name.split(". ", 1)[1]: c for c in ladder.checks}
+    assert list(lines) == [
+        "extend LMCache's built-in backend of your device type",
+        "recognise your runtime, not the built-in's",
+        "override what your runtime lacks of the built-in's",
+        "your device's numbers, for what a request costs",
+    ]
+    runtime = lines["recognise your runtime, not the built-in's"]
+    assert not runtime.ok and "X_STAND_IN=1" in runtime.fix
     assert not ladder.ok
 
 

@@ -47,6 +47,7 @@ REQUIRED_NAMES = {
 OPTIONAL_NAMES = {
     "allow_untested_env_var": "ALLOW_UNTESTED_ENV_VAR",
     "emulator_env_var": "EMULATOR_ENV_VAR",
+    "extends": "EXTENDS",
 }
 
 
@@ -75,6 +76,9 @@ class Backend:
     allow_untested_env_var: str = ""
     #: Selects the CPU emulator of ``torch.<name>``; empty without one.
     emulator_env_var: str = ""
+    #: The built-in LMCache backend it extends, on the built-in's device type (a CUDA
+    #: look-alike: ``cuda``); empty for a device LMCache has no backend for.
+    extends: str = ""
 
     @classmethod
     def from_names(cls, package: str, names: ModuleType) -> Backend:
@@ -95,26 +99,13 @@ class Backend:
         """The backend whose names are in ``<package>/names.py``, read from the file
         without importing the package or its parents (``lmcache_foo``, and LMCache in
         whose tree an in-tree backend lives, import lmcache)."""
-        top, *inner = package.split(".")
-        try:
-            spec = importlib.util.find_spec(top)  # top level: found, not imported
-        except (ImportError, ValueError):
-            spec = None
-        roots = list(spec.submodule_search_locations or []) if spec else []
-        candidates = [Path(root, *inner, "names.py") for root in roots]
-        names_file = next((path for path in candidates if path.is_file()), None)
-        if names_file is None:
+        names = load_module_file(package, "names")
+        if names is None:
             raise BackendNotConfigured(
                 f"no names.py in an importable package {package!r}: set "
                 f"{PACKAGE_ENV_VAR} to the plugin's import package (e.g. lmcache_foo) "
                 "and install the plugin"
             )
-        names_spec = importlib.util.spec_from_file_location(
-            f"_lmcache_device_kit_names_{package.replace('.', '_')}", names_file
-        )
-        assert names_spec is not None and names_spec.loader is not None
-        names = importlib.util.module_from_spec(names_spec)
-        names_spec.loader.exec_module(names)
         return cls.from_names(package, names)
 
     @property
@@ -142,12 +133,49 @@ class Backend:
 
     def device_present(self) -> bool:
         """Whether ``torch.<name>`` works here (its extension imported if torch did not
-        autoload it), checked without importing LMCache; imports torch."""
+        autoload it), checked without importing LMCache; imports torch. For a backend
+        that extends a built-in, also whether it is the vendor's runtime (its
+        ``detect.runtime_present``, read by path), not the built-in's."""
         try:
             module = self.torch_module()
-            return bool(module is not None and module.is_available())
+            if module is None or not module.is_available():
+                return False
+            if not self.extends:
+                return True
+            detect = load_module_file(self.package, "detect")
+            return detect is not None and bool(detect.runtime_present())
         except Exception:  # any failure means "no device here"
             return False
+
+    def stand_in_env_var(self) -> str:
+        """The documented test switch of a backend that extends a built-in
+        (``detect.STAND_IN_ENV_VAR``: the built-in's device stands in for the
+        vendor's); empty for one of its own device type."""
+        detect = load_module_file(self.package, "detect") if self.extends else None
+        return str(getattr(detect, "STAND_IN_ENV_VAR", ""))
+
+
+def load_module_file(package: str, name: str) -> ModuleType | None:
+    """``<package>/<name>.py`` executed from its file, without importing the package
+    or its parents (``lmcache_foo``, and LMCache in whose tree an in-tree backend
+    lives, import lmcache); None if the package has no such file."""
+    top, *inner = package.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # top level: found, not imported
+    except (ImportError, ValueError):
+        spec = None
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    candidates = [Path(root, *inner, f"{name}.py") for root in roots]
+    found = next((path for path in candidates if path.is_file()), None)
+    if found is None:
+        return None
+    module_spec = importlib.util.spec_from_file_location(
+        f"_lmcache_device_kit_{name}_{package.replace('.', '_')}", found
+    )
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
 
 
 def distributions_of(package: str) -> list[str]:

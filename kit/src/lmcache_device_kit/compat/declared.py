@@ -142,6 +142,14 @@ def classes(prefix: str, lmcache_driven: bool) -> dict[str, PluginClass]:
     return found
 
 
+def extension_classes(prefix: str) -> dict[str, PluginClass]:
+    """The classes of a plugin that extends a built-in backend: its spec alone (the
+    ops and LMCache-driven parts are the built-in's), whose members may override the
+    built-in's LMCache-driven answers."""
+    members = SPEC_MEMBERS + LMCACHE_DRIVEN_SPEC_MEMBERS
+    return {"spec": (".device", f"{prefix}DeviceSpec", "DeviceSpec", members)}
+
+
 #: LMCache callables every plugin and these shims call, and how, newest release
 #: first: the first shape that binds wins; one that binds on no shape is a call that
 #: would fail.

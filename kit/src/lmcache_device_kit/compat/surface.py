@@ -16,6 +16,11 @@ inspect it. What the tests' harness takes from LMCache is declared the same way 
 # Future
 from __future__ import annotations
 
+#: The oldest LMCache release the shims serve: the template's oldest tested release
+#: (its tests hold the two equal). A plugin may support fewer (one that extends a
+#: built-in starts where its built-in's location does), never older.
+FIRST_SERVED_RELEASE = "0.5.4"
+
 #: (module, attribute or None for the module itself, first release, last release)
 Location = tuple[str, str | None, str | None, str | None]
 
@@ -127,3 +132,11 @@ NAMES: dict[str, tuple[Location, ...]] = {
         ("lmcache.v1.platform.torch_ops", "_per_layer_paged_shape", None, "0.5.5"),
     ),
 }
+
+#: Where LMCache keeps its built-in backends' packages (``<package>.<backend>``, whose
+#: ``__init__`` defines the spec), for a plugin that extends one: 0.5.6 moved them
+#: from ``platform/<name>/`` to ``platform/devices/<name>/``.
+BUILTIN_PACKAGES: tuple[Location, ...] = (
+    ("lmcache.v1.platform.devices", None, "0.5.6", None),
+    ("lmcache.v1.platform", None, None, "0.5.5"),
+)

@@ -17,7 +17,6 @@ Must not import lmcache, torch or the plugin at import time.
 from __future__ import annotations
 
 # Standard
-from importlib.util import find_spec
 from types import SimpleNamespace
 from typing import Any
 import importlib
@@ -61,12 +60,14 @@ class BaseBackendShapeTests(ConformanceTests):
     def test_resolve_device_ops_hands_out_one_cached_ops_object(self) -> None:
         """Repeated lookups share the ops' native bindings and state."""
         backend = kit_backend.current()
-        registered_spec()
+        spec = registered_spec()
         # First Party
         from lmcache.v1.platform import resolve_device_ops
 
         ops = resolve_device_ops(backend.device_type)
-        assert type(ops).__module__.startswith(backend.package)
+        assert isinstance(ops, spec.ops_cls), (type(ops), spec.ops_cls)
+        # the backend's own ops, or those of the built-in it extends
+        assert backend.extends or type(ops).__module__.startswith(backend.package)
         assert ops.device_type == backend.device_type
         assert resolve_device_ops(backend.device_type) is ops
 
@@ -84,6 +85,8 @@ class BaseBackendShapeTests(ConformanceTests):
         # Third Party
         import torch
 
+        if switch := kit_backend.current().stand_in_env_var():
+            monkeypatch.setenv(switch, "1")  # and the vendor's runtime is the one here
         runtime = SimpleNamespace(is_available=is_available)
         monkeypatch.setattr(
             torch, kit_backend.current().torch_module_name, runtime, raising=False
@@ -103,22 +106,25 @@ class BaseBackendShapeTests(ConformanceTests):
             "event_ipc_backend": spec.event_ipc_backend,
             "pin_memory_backend": spec.pin_memory_backend,
         }
-        package = kit_backend.current().package
-        if find_spec(f"{package}.ipc_wrapper") is not None:
+        backend = kit_backend.current()
+        if hasattr(spec, "lmcache_driven_unproven"):
             unproven = spec.lmcache_driven_unproven()
             assert spec.is_lmcache_driven_available() is not bool(unproven)
             assert unproven or spec.is_available(), "offered without a device"
             # Third Party
             import torch
 
-            runtime = getattr(torch, kit_backend.current().torch_module_name, None)
+            runtime = getattr(torch, backend.torch_module_name, None)
             emulated = getattr(runtime, "is_emulator", False)
             assert not (emulated and hasattr(runtime, "ipc_export_handle") and unproven)
             assert None not in parts.values(), parts
             assert callable(spec.create_cache_context)
             return
-        # Engine-driven only, as LMCache's supa and rbln backends: nothing advertised.
+        # Engine-driven only, as LMCache's supa and rbln backends: nothing advertised
+        # (one that extends a built-in keeps the built-in's parts, unused).
         assert not spec.is_lmcache_driven_available()
+        if backend.extends:
+            return
         assert set(parts.values()) == {None}, parts
         with pytest.raises(NotImplementedError):
             spec.create_cache_context()

@@ -23,6 +23,8 @@ from lmcache_device_kit import backend as kit_backend
 CAPABILITIES = {
     "device": "no <DEVICE> device here: install <EXTENSION> on a host with the device "
     "(or test on the CPU emulator)",
+    "extends_builtin": "a backend of its own device type: it extends no LMCache "
+    "built-in",
     "emulator": "needs the CPU emulator (its test facilities: held streams, injected "
     "faults, mapping counts); run with <EMULATOR_ENV_VAR>=1",
     "in_tree": "a plugin wheel: LMCache finds it through its entry point, not by "
@@ -34,6 +36,13 @@ CAPABILITIES = {
     "LMCache's torch baseline",
     "wheel": "an in-tree backend: no wheel, entry point or doctor of its own",
 }
+
+#: "device", for a backend that extends a built-in: its device type is the built-in's,
+#: so a device there may be another vendor's.
+EXTENSION_DEVICE = (
+    "no <DEVICE> device of <BACKEND>'s runtime here (its detect.runtime_present()): "
+    "run on one, or on LMCache's <EXTENDS> runtime with detect.STAND_IN_ENV_VAR=1"
+)
 
 
 class ConformanceTests:
@@ -64,8 +73,13 @@ class ConformanceTests:
 def missing_reason(missing: set[str]) -> str:
     """Why the backend under test skips what needs ``missing`` capabilities."""
     backend = kit_backend.current()
+    texts = dict(CAPABILITIES)
+    if backend.extends:
+        texts["device"] = EXTENSION_DEVICE
     return "; ".join(
-        CAPABILITIES[name]
+        texts[name]
+        .replace("<BACKEND>", backend.backend_name)
+        .replace("<EXTENDS>", backend.extends)
         .replace("<EMULATOR_ENV_VAR>", backend.emulator_env_var or "the emulator's")
         .replace("<DEVICE>", backend.device_type)
         .replace(

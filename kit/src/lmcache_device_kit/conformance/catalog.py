@@ -19,6 +19,7 @@ from __future__ import annotations
 from lmcache_device_kit.conformance import (
     backend_shape,
     bad_input,
+    builtin_extension,
     cache_context,
     cache_context_staging,
     cluster,
@@ -60,6 +61,7 @@ BASES: tuple[type[ConformanceTests], ...] = (
     discovery.BaseDiscoveryTests,
     discovery.BaseInTreeDiscoveryTests,
     discovery_wheel.BaseWheelDiscoveryTests,
+    builtin_extension.BaseBuiltinExtensionTests,
     registry_faults.BaseRegistryFaultsTests,
     bad_input.BaseBadInputTests,
     host_memory.BaseHostMemoryTests,

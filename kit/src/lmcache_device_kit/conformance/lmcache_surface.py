@@ -20,11 +20,9 @@ from __future__ import annotations
 
 # Standard
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 import importlib
 import json
-import re
 import textwrap
 
 # Third Party
@@ -34,6 +32,12 @@ import pytest
 from lmcache_device_kit import backend as kit_backend
 from lmcache_device_kit.conformance.backend_shape import registered_spec
 from lmcache_device_kit.conformance.base import ConformanceTests
+from lmcache_device_kit.conformance.source_scan import (
+    SETTING,
+    builtin_spec_locations,
+    lmcache_imports,
+    project_sources,
+)
 from lmcache_device_kit.conformance.support import run_python
 from lmcache_device_kit.doctor.api import plugin_surface
 
@@ -76,39 +80,6 @@ def surface() -> tuple[Any, dict, dict]:
 def harness(name: str = "surface") -> Any:
     """The harness's table (``surface``) or its calls (``lmcache_calls``)."""
     return importlib.import_module(f"{HARNESS}.{name}")
-
-
-#: Imports from LMCache (single, parenthesized, of modules), in code and in the
-#: Python the tests run in subprocesses.
-IMPORT = re.compile(r"from (lmcache(?:\.\w+)*) import (?:\(([^)]*)\)|([\w ,]+))")
-MODULE = re.compile(r"^\s*import (lmcache(?:\.\w+)+)", re.M)
-SETTING = re.compile(r"[\"'](lmcache\.mp\.\w+)[\"']")
-
-
-def lmcache_imports(text: str) -> set[tuple[str, str | None]]:
-    """(module, name) of every import from LMCache in ``text`` (name None: a module)."""
-    found: set[tuple[str, str | None]] = {(m, None) for m in MODULE.findall(text)}
-    for module, grouped, single in IMPORT.findall(text):
-        lines = (line.split("#")[0] for line in (grouped or single).splitlines())
-        for part in ",".join(lines).split(","):
-            if part.split():
-                found.add((module, part.split()[0]))  # ``name as alias``: name
-    return found
-
-
-def project_sources(tests: Path) -> dict[str, str]:
-    """This project's Python, by path: the installed package, its tests (in
-    ``tests``), and the kit they run (its harness, doctor, contract runner and
-    conformance tests all drive LMCache)."""
-    roots = [
-        Path(importlib.import_module(name).__file__ or "").parent
-        for name in (package(), "lmcache_device_kit")
-    ]
-    files = [
-        *(path for root in roots for path in root.rglob("*.py")),
-        *tests.glob("*.py"),
-    ]
-    return {str(path): path.read_text() for path in files}
 
 
 @pytest.mark.without_device
@@ -206,6 +177,7 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
             for locations in names.values()
             for module, attribute, _, _ in locations
         }
+        declared |= builtin_spec_locations(kit_backend.current().extends)
         undeclared = set()
         for name, text in project_sources(request.node.path.parent).items():
             for module, imported in lmcache_imports(text):
@@ -221,15 +193,22 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
         )
 
     def test_doctor_api_flags_an_override_lmcache_can_no_longer_call(self) -> None:
-        ops = registered_spec().ops_cls
+        spec = registered_spec()
+        # a spec that extends a built-in is its only class (lmcache 0.5.6+)
+        cls = type(spec) if kit_backend.current().extends else spec.ops_cls
+        base, member, args = (
+            ("DeviceSpec", "get_stream_handle", "self")
+            if kit_backend.current().extends
+            else ("DeviceOps", "multi_layer_block_kv_transfer", "self, paged")
+        )
         checks = api(
             f"""
             import lmcache
-            from {ops.__module__} import {ops.__name__} as ops
-            ops.multi_layer_block_kv_transfer = lambda self, paged: None
+            from {cls.__module__} import {cls.__name__} as cls
+            cls.{member} = lambda {args}: None
             """
         )
-        member = checks["member DeviceOps.multi_layer_block_kv_transfer"]
+        member = checks[f"member {base}.{member}"]
         assert not member["ok"] and "does not bind" in member["detail"], member
 
     def test_doctor_api_runs_on_an_lmcache_outside_the_supported_range(self) -> None:
@@ -266,14 +245,17 @@ class BaseLMCacheSurfaceTests(ConformanceTests):
             )
 
     def test_every_shim_still_serves_a_supported_lmcache_release(self) -> None:
-        """A shim whose last release is no longer supported is dead code: remove it."""
+        """A shim whose last release neither the plugin nor the kit supports (its
+        ``FIRST_SERVED_RELEASE``: other plugins may reach back further) is dead code:
+        remove it."""
         # First Party
         from lmcache_device_kit.compat.declared import SHIMS
         from lmcache_device_kit.doctor.calls import release
 
         (table, classes, calls), theirs = surface(), harness()
         tested = importlib.import_module(f"{package()}._lmcache_compat")
-        first = min(tested.TESTED_LMCACHE_VERSIONS, key=release)
+        served = (*tested.TESTED_LMCACHE_VERSIONS, table.FIRST_SERVED_RELEASE)
+        first = min(served, key=release)
         oldest = release(first)
         lasts = {
             **{

@@ -94,6 +94,8 @@ def backend_capabilities() -> frozenset[str]:
         found.add("native_ops")
     # an in-tree backend lives in LMCache's package; a plugin in a wheel of its own
     found.add("in_tree" if backend.in_tree else "wheel")
+    if backend.extends:
+        found.add("extends_builtin")
     if "device" in found:
         # First Party
         from lmcache.v1.platform import get_device_spec

@@ -63,7 +63,11 @@ def plugin_surface(package: str) -> tuple[Any, Any, dict, dict]:
     surface = importlib.import_module(f"{COMPAT_MODULE}.surface")
     declared = importlib.import_module(f"{COMPAT_MODULE}.declared")
     driven = importlib.util.find_spec(f"{package}.ipc_wrapper") is not None
-    classes = declared.classes(binding.CLASS_PREFIX, driven)
+    if getattr(importlib.import_module(f"{package}.names"), "EXTENDS", ""):
+        # a spec that extends a built-in: the only class of its own
+        classes = declared.extension_classes(binding.CLASS_PREFIX)
+    else:
+        classes = declared.classes(binding.CLASS_PREFIX, driven)
     return binding, surface, classes, declared.calls(driven)
 
 

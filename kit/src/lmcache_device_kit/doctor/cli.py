@@ -55,6 +55,7 @@ from .paths import check_pinning, pins_host_memory
 from .plugin import NoPlugin, select
 from .port import climb
 from .report import Report
+from .runtime_detect import check_vendor_runtime
 
 
 def run(
@@ -99,6 +100,7 @@ def run_checks(
         return None
     compat = check_lmcache_version(report)
     device_ok = check_torch_device(report)
+    device_ok = check_vendor_runtime(report) and device_ok
     entry_ok = check_entry_point(report)
     spec = (
         check_registered(report, log, compat)

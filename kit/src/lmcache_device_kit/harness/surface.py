@@ -37,7 +37,13 @@ TYPES = "lmcache.v1.multiprocess.custom_types"
 GRPC = "lmcache.v1.multiprocess.transport.grpc_impl"
 
 #: Where each name lives, newest release first; the first location that exists wins.
+DETECT = "lmcache.v1.platform._device_detect"
 HARNESS_NAMES: dict[str, tuple[Location, ...]] = {
+    # LMCache's device selection, which a backend that extends a built-in meets
+    # (conformance/builtin_extension.py): its registries and how it picks a backend.
+    "backend_registry": ((DETECT, "_build_backend_registry", None, None),),
+    "device_registry_by_type": ((DETECT, "_build_device_registry", None, None),),
+    "resolve_device_type": ((DETECT, "_resolve_device_type_candidates", None, None),),
     # vLLM's side of the multiprocess protocol: worker ranks, the scheduler, requests.
     "vllm_multi_process_adapter": ((ADAPTER, None, None, None),),
     "LMCacheMPWorkerAdapter": ((ADAPTER, "LMCacheMPWorkerAdapter", None, None),),

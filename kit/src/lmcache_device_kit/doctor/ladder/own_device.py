@@ -1,48 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The porting ladder: every ``TODO(vendor)`` of a plugin made from the template, in
-the order to port them, each with the runtime call it needs and what proves it.
+"""The rungs of a backend of its own device type: the sample's runtime calls, each
+replaced by the vendor's (the runtime module, IPC, events, pinning, kernels).
 
-Why a module of its own, and data only: ``doctor --port`` (``port``) prints the
-steps with their states, the rendered README's "Porting ladder" lists them, and
-the template's tests hold the table and a render's ``TODO(vendor)`` markers to
-them. It imports only the standard library (those tests load it by path).
-
-A step's ``sites`` are where its markers are: ``file`` (the module, or a C++
-file: its header comment), ``file:NAME`` (a function, class, property or
-module-level constant; ``{prefix}`` is the plugin's class prefix), with the file
-relative to the package (``tests/...``: the render's tests; ``setup.py``,
-``pyproject.toml:[table]``: the project's). ``sample`` pairs a Python site with a
-``torch.<device>`` call only the CPU emulator has, which the sample's code at that
-site makes: while the installed site names it, the step holds the sample's code
-(``port.holds_sample``); they are the ``sample`` calls of ``runtime_calls.CALLS``.
+Data only; imports only the ladder's ``Step``.
 """
 
 # Future
 from __future__ import annotations
 
-# Standard
-from dataclasses import dataclass
+# Local
+from .step import Step
 
-
-@dataclass(frozen=True)
-class Step:
-    """One rung: what to port, where, with which call, proven by what."""
-
-    key: str
-    title: str
-    sites: tuple[str, ...]
-    #: The runtime call it needs; ``{torch}`` is ``torch.<device>``.
-    call: str
-    #: The conformance classes that prove it (the render's ``tests/``).
-    tests: str
-    #: The doctor check that proves it (``doctor --port``).
-    check: str
-    #: The plugin module a step needs to apply ('' for every plugin).
-    needs: str = ""
-    sample: tuple[tuple[str, str], ...] = ()
-
-
-STEPS: tuple[Step, ...] = (
+OWN_DEVICE_STEPS: tuple[Step, ...] = (
     Step(
         "device",
         "find the device",
@@ -50,6 +19,7 @@ STEPS: tuple[Step, ...] = (
         "your extension's import, {torch}.is_available(), {torch}.device_count()",
         "TestDiscovery, TestBackendShape",
         "selection",
+        needs="device_ops",
     ),
     Step(
         "thread-context",
@@ -71,6 +41,7 @@ STEPS: tuple[Step, ...] = (
         "the stream's pointer (stream.cuda_stream, stream.npu_stream)",
         "TestCacheContext, TestNpuCacheContext",
         "stream handle",
+        needs="device_ops",
         sample=(
             ("device.py:{prefix}DeviceSpec.get_stream_handle", "stream_handle"),
             ("cache_context.py:HostCallbackStream.ptr", "stream_handle"),
@@ -210,6 +181,7 @@ STEPS: tuple[Step, ...] = (
         "runtime's own); the device that owns a pointer (cudaPointerGetAttributes)",
         "TestOpsPointer, TestNpuTensorFromPtr, TestCudaTensorFromPtr",
         "tensor from ptr",
+        needs="device_ops",
         sample=(("device_ops.py:device_tensor", "pointer_device"),),
     ),
     Step(
@@ -278,14 +250,7 @@ STEPS: tuple[Step, ...] = (
         "translator: the emulator's kernel_address_translator)",
         "TestNativeTransfers, TestNativePointerMode, TestOpsParity",
         "native copy",
+        needs="device_ops",
         sample=(("native_ops.py:_launch_on", "kernel_address_translator"),),
-    ),
-    Step(
-        "device-numbers",
-        "your device's numbers, for what a request costs",
-        ("pyproject.toml:[tool.lmcache-device-kit.device]",),
-        "its bus, memory, launch and sync figures, in pyproject.toml",
-        "TestDoctorPort",
-        "device numbers",
     ),
 )
