@@ -33,7 +33,7 @@ from cookiecutter.prompt import read_user_variable
 from jinja2 import Environment
 from jinja2.ext import Extension
 
-from hooks.answer_rules import Refusal, combination_refusals, field_refusal
+from hooks.answer_rules import Refusal, combination_refusals, extended_builtin, field_refusal, tested_releases
 
 TEMPLATE_ROOT = Path(__file__).resolve().parent.parent
 PROJECT_DIR_TEMPLATE = "{{cookiecutter.project_slug}}"
@@ -55,6 +55,10 @@ class AnswerChecks(Extension):
         self.finishing = False
         environment.filters["checked"] = self.checked
         environment.filters["accepted_project_dir"] = self.accepted_project_dir
+        environment.filters["extended_builtin"] = self.extended_builtin
+        environment.filters["default_extension_module"] = self.default_extension_module
+        environment.filters["tested_releases"] = self.tested_releases
+        environment.filters["package_name"] = self.package_name
 
     def preprocess(self, source: str, name: str | None, filename: str | None = None) -> str:
         if name is None and source.strip() == PROJECT_DIR_TEMPLATE:
@@ -78,6 +82,27 @@ class AnswerChecks(Extension):
                 refusal = field_refusal(name, self.facts(answers))
         refusal = field_refusal(field, self.facts(answers))
         return refusal.fix[field] if refusal is not None else str(answers[field])
+
+    def extended_builtin(self, answers: Mapping[str, Any]) -> str:
+        """The built-in backend the answers extend (a device type LMCache already has), or "" (``answer_rules``)."""
+        return extended_builtin(str(answers["device_name"]), self.facts(answers))
+
+    def package_name(self, answers: MutableMapping[str, Any]) -> str:
+        """What the package is named after: the device name, or for a backend that extends a built-in (its device
+        type is the built-in's) the backend name. Checks both, as a person types (``checked``)."""
+        device = self.checked(answers, "device_name")
+        if not extended_builtin(device, self.facts(answers)):
+            return device
+        return self.checked(answers, "backend_name") if "backend_name" in answers else device
+
+    def default_extension_module(self, answers: MutableMapping[str, Any]) -> str:
+        """``torch_<device>``, or "" for a device torch has built in (``torch.cuda``)."""
+        device = self.checked(answers, "device_name")
+        return "" if device in self.template["_torch_builtin_devices"] else f"torch_{device}"
+
+    def tested_releases(self, answers: Mapping[str, Any]) -> list[str]:
+        """The tested LMCache releases this render supports (``answer_rules.tested_releases``)."""
+        return tested_releases(self.facts(answers))
 
     def default(self, field: str, answers: Mapping[str, Any]) -> Any:
         """What cookiecutter.json derives for ``field`` from ``answers`` (a choice's first option)."""

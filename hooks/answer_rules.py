@@ -56,14 +56,62 @@ def by_release(names: Mapping[str, str]) -> str:
     return ", ".join(f"{name} ({release})" for name, release in names.items())
 
 
+def release_key(release: str) -> tuple[int, ...]:
+    """``"0.5.10"`` -> ``(0, 5, 10)``: final releases in order (cookiecutter.json lists finals only)."""
+    return tuple(int(part) for part in release.split("."))
+
+
+def extended_builtin(device: str, facts: Mapping[str, Any]) -> str:
+    """The built-in backend a render on ``device`` extends, or "" for a device LMCache has no backend for.
+
+    It is LMCache's default backend for that device type: the built-in whose backend name is the device type
+    (``get_device_spec``'s default), as ``cuda`` is for device type ``cuda``, which ``rocm`` shares."""
+    return device if facts["_builtin_device_types"].get(device) == device else ""
+
+
+def extension_releases(facts: Mapping[str, Any]) -> list[str]:
+    """The tested LMCache releases a render that extends a built-in supports: from the release the built-in's location
+    holds for (``_builtin_extension_since``) and the built-in exists in; none when the built-in is newer."""
+    builtin = extended_builtin(str(facts["device_name"]), facts)
+    floor = max(facts["_builtin_extension_since"], facts["_builtin_backends"][builtin], key=release_key)
+    return [release for release in facts["_lmcache_tested"] if release_key(release) >= release_key(floor)]
+
+
+def tested_releases(facts: Mapping[str, Any]) -> list[str]:
+    """The tested LMCache releases a render supports: all of them, or for one that extends a built-in
+    ``extension_releases`` (all of them while ``builtin_device_problem`` refuses it: it renders nothing)."""
+    if not extended_builtin(str(facts["device_name"]), facts):
+        return list(facts["_lmcache_tested"])
+    return extension_releases(facts) or list(facts["_lmcache_tested"])
+
+
+def builtin_device_problem(value: str, facts: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Why ``device_name=value``, which a built-in backend has, cannot render (None if it can)."""
+    builtins, types = facts["_builtin_backends"], facts["_builtin_device_types"]
+    if value not in builtins:
+        return None
+    if types.get(value) != value:
+        return (f"device_name={value!r} is LMCache's built-in {value} backend, not a torch device type: its tensors "
+                f"report device type {types[value]!r}. A backend of your own on that device type is "
+                f"device_name={types[value]!r} with a backend_name of your own", types[value])  # fmt: skip
+    if not extension_releases({**facts, "device_name": value}):
+        return (f"device_name={value!r} would extend LMCache's built-in {value} backend, which arrives in lmcache "
+                f"{builtins[value]}, newer than every release this template tests "
+                f"({', '.join(facts['_lmcache_tested'])}). Choose a device type of your own, or wait for a "
+                "template that tests that release", "acme_" + value)  # fmt: skip
+    return None
+
+
 def lmcache_name_problem(field: str, value: str, builtins: Mapping[str, str]) -> tuple[str, str] | None:
-    """Rules LMCache applies to device_type/backend_name, plus Python's for module names: (why, a closer name)."""
+    """Rules LMCache applies to device_type/backend_name, plus Python's for module names: (why, a closer name).
+
+    A device type a built-in backend has is not refused here: ``builtin_device_problem`` says when it renders."""
     if not IDENTIFIER.match(value) or len(value) > MAX_NAME:
         return (f"{field}={value!r} must be a lowercase Python identifier of at most {MAX_NAME} characters "
                 "(letters, digits, underscores; starting with a letter)", suggest_name(value, builtins))  # fmt: skip
     if keyword.iskeyword(value) or keyword.issoftkeyword(value):
         return f"{field}={value!r} is a Python keyword; choose another name", value + "_dev"
-    if value in builtins:
+    if value in builtins and field == "backend_name":
         return (f"{field}={value!r} is one of LMCache's built-in backends (built in since lmcache {builtins[value]}; "
                 f"all of them: {by_release(builtins)}); LMCache keeps the built-in and ignores a plugin of the same "
                 "name. Choose a vendor-specific name", "acme_" + value)  # fmt: skip
@@ -79,12 +127,17 @@ def lmcache_name_problem(field: str, value: str, builtins: Mapping[str, str]) ->
 def name_refusal(field: str, value: str, answers: Mapping[str, Any]) -> Refusal | None:
     """The first rule ``value`` breaks, with a name that breaks none (a closer name can break the next rule)."""
     builtins = answers["_builtin_backends"]
-    problem = lmcache_name_problem(field, value, builtins)
+
+    def problem_of(name: str) -> tuple[str, str] | None:
+        found = lmcache_name_problem(field, name, builtins)
+        return found if found or field != "device_name" else builtin_device_problem(name, answers)
+
+    problem = problem_of(value)
     if problem is None:
         return None
     suggestion = problem[1]
-    for _ in range(4):  # each step fixes one rule; four rules
-        closer = lmcache_name_problem(field, suggestion, builtins)
+    for _ in range(5):  # each step fixes one rule; five rules
+        closer = problem_of(suggestion)
         if closer is None:
             break
         suggestion = closer[1]
@@ -156,11 +209,26 @@ def version_refusal(value: str, answers: Mapping[str, Any]) -> Refusal | None:
     return Refusal(f"version={value!r} must be a PEP 440 version such as '0.1.0'", {"version": "0.1.0"})
 
 
+#: Answers typed as text that take one of a few values (their default follows the device: ``emulator`` is ``no``
+#: for a device type a built-in backend has, which the emulator cannot be).
+TEXT_CHOICES = {"emulator": ("yes", "no")}
+
+
+def text_choice_refusal(field: str, value: str, answers: Mapping[str, Any]) -> Refusal | None:
+    if value in TEXT_CHOICES[field]:
+        return None
+    fix = "no" if field == "emulator" and extended_builtin(str(answers["device_name"]), answers) else "yes"
+    fix = fix if fix in TEXT_CHOICES[field] else TEXT_CHOICES[field][0]
+    return Refusal(f"{field}={value!r} must be one of {', '.join(TEXT_CHOICES[field])}, for example {field}={fix!r}",
+                   {field: fix})  # fmt: skip
+
+
 #: Each answer's own rules, in prompt order; an answer not here (a choice) is checked by cookiecutter itself.
 FIELD_RULES: dict[str, Callable[[str, Mapping[str, Any]], Refusal | None]] = {
     "device_name": lambda value, answers: name_refusal("device_name", value, answers),
     "backend_name": lambda value, answers: name_refusal("backend_name", value, answers),
     "torch_extension_module": module_refusal,
+    "emulator": lambda value, answers: text_choice_refusal("emulator", value, answers),
     "project_slug": slug_refusal,
     "import_package": package_refusal,
     "class_prefix": prefix_refusal,
@@ -181,13 +249,14 @@ def combination_refusals(answers: Mapping[str, Any]) -> list[Refusal]:
     found: list[Refusal] = []
     device = str(answers["device_name"])
     emulator = answers["emulator"] == "yes"
-    # (An LMCache built-in name is already refused, with its own fix.)
-    if emulator and device in answers["_torch_builtin_devices"] and device not in answers["_builtin_backends"]:
+    found += extension_refusals(answers)  # a backend that extends a built-in: its own reasons
+    own_device = not extended_builtin(device, answers)
+    if own_device and emulator and device in answers["_torch_builtin_devices"]:
         found.append(Refusal(
             f"emulator='yes' cannot emulate device_name={device!r}: torch already has a {device!r} device type, "
             "and the emulator registers its device through PyTorch's PrivateUse1 slot, which can only take a new "
             "name. Set emulator='no' and run the tests on the real device", {"emulator": "no"}))  # fmt: skip
-    elif emulator and not str(answers["torch_extension_module"]):
+    elif own_device and emulator and not str(answers["torch_extension_module"]):
         found.append(Refusal(
             f"emulator='yes' with an empty torch_extension_module says torch has {device!r} built in, which the "
             "emulator cannot replace. Set emulator='no' (torch has the device built in), or name the module that "
@@ -212,4 +281,30 @@ def combination_refusals(answers: Mapping[str, Any]) -> list[Refusal]:
             f"ownership='in_tree' contributes the backend to LMCache, which is Apache-2.0 licensed; "
             f"license={answers['license']!r} cannot be merged there. Set license='Apache-2.0', or ownership='wheel'",
             {"license": "Apache-2.0"}))  # fmt: skip
+    return found
+
+
+def extension_refusals(answers: Mapping[str, Any]) -> list[Refusal]:
+    """What a backend that extends a built-in (a CUDA look-alike on device type cuda) cannot have: it reuses the
+    built-in's device, ops and IPC parts, so no emulator, no sample native ops, and a wheel of its own."""
+    device = str(answers["device_name"])
+    builtin = extended_builtin(device, answers)
+    if not builtin:
+        return []
+    reason = f"device_name={device!r} extends LMCache's built-in {builtin} backend (its ops, IPC, events and pinning)"
+    found = []
+    if answers["emulator"] == "yes":
+        found.append(Refusal(
+            f"{reason}; emulator='yes' cannot be torch.{device}: the CPU emulator registers a new device type through "
+            "PyTorch's PrivateUse1 slot. Set emulator='no' (the suite runs the device tests on a host with the "
+            "device)", {"emulator": "no"}))  # fmt: skip
+    if answers["native_ops"] == "yes":
+        found.append(Refusal(
+            f"{reason}; native_ops='yes' renders the sample's own ops, which it does not have: your kernels, built "
+            "with your compiler, override the built-in's ops class (device.py's ops_cls). Set native_ops='no'",
+            {"native_ops": "no"}))  # fmt: skip
+    if answers["ownership"] == "in_tree":
+        found.append(Refusal(
+            f"{reason}; ownership='in_tree' is not rendered for it: the template renders such a backend as a wheel "
+            "of its own over an unmodified LMCache. Set ownership='wheel'", {"ownership": "wheel"}))  # fmt: skip
     return found

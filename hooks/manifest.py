@@ -22,6 +22,7 @@ kit from, which runs before the kit is installed, so it sits beside the noxfile.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -33,6 +34,19 @@ PACKAGE = "{{cookiecutter.__package_dir}}"
 TESTS = "{{cookiecutter.__tests_dir}}"
 BACKEND = "{{cookiecutter.backend_name}}"
 LMCACHE_DRIVEN = ("opt_in", "default")
+#: ``__extends`` of a render for a device LMCache has no backend for (its own ops, IPC parts, emulator).
+OWN_DEVICE = ("",)
+#: ``__extends`` of a render that extends a built-in backend: the device types whose default backend LMCache ships
+#: (cookiecutter.json's ``_builtin_device_types``: a built-in named as its device type).
+EXTENDS_BUILTIN = tuple(
+    sorted(
+        name
+        for name, device_type in json.loads((Path(__file__).resolve().parent.parent / "cookiecutter.json").read_text())[
+            "_builtin_device_types"
+        ].items()
+        if name == device_type
+    )
+)
 KIT_PACKAGE = Path(__file__).resolve().parent.parent / "kit" / "src" / "lmcache_device_kit"
 #: The kit's run-time shims, beside the template, and where an in-tree backend keeps its copy.
 KIT_COMPAT = KIT_PACKAGE / "compat"
@@ -75,8 +89,19 @@ PARTS = (
         ("patches/0001-ipc-wire-{{ cookiecutter.backend_name }}.patch",),
     ),
     Part(
-        "LMCache-driven transfer: IPC wrapper, cache context, events, pinning",
-        {"lmcache_driven": LMCACHE_DRIVEN},
+        "the backend's own KV-cache ops (one that extends a built-in backend takes the built-in's)",
+        {"__extends": OWN_DEVICE},
+        (f"{PACKAGE}/device_ops.py",),
+    ),
+    Part(
+        "how a backend that extends a built-in one knows its runtime is here (the spec, the doctor, the tests)",
+        {"__extends": EXTENDS_BUILTIN},
+        (f"{PACKAGE}/detect.py",),
+    ),
+    Part(
+        "LMCache-driven transfer: IPC wrapper, cache context, events, pinning (a backend that extends a built-in "
+        "takes the built-in's)",
+        {"lmcache_driven": LMCACHE_DRIVEN, "__extends": OWN_DEVICE},
         tuple(
             f"{PACKAGE}/{name}"
             for name in (
@@ -129,7 +154,7 @@ PARTS = (
     ),
     Part(
         "LMCache's per-device tests, ported to a wheel's LMCache-driven parts",
-        {"lmcache_driven": LMCACHE_DRIVEN, "ownership": ("wheel",)},
+        {"lmcache_driven": LMCACHE_DRIVEN, "ownership": ("wheel",), "__extends": OWN_DEVICE},
         (f"{TESTS}/test_lmcache_ports.py",),
     ),
 )

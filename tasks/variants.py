@@ -13,6 +13,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from hooks.answer_rules import TEXT_CHOICES
+
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXT = json.loads((ROOT / "cookiecutter.json").read_text())
 #: The sample device the variants render (one renders an odd but valid name instead).
@@ -30,6 +32,14 @@ PRERELEASES: list[str] = [
 ]
 #: The options a variant chooses, each with its values (the first is the template's default).
 OPTIONS = ("ownership", "lmcache_driven", "native_ops", "emulator")
+#: Each option's values, the template's default first, for a device LMCache has no backend for (the sample's): a
+#: choice's, or those of an answer typed as text whose default follows the device (``hooks/answer_rules.py``).
+CHOICES: dict[str, list[str]] = {
+    option: CONTEXT[option] if isinstance(CONTEXT[option], list) else list(TEXT_CHOICES[option]) for option in OPTIONS
+}
+#: The backend that extends a built-in the template proves (a CUDA look-alike on device type cuda, as MetaX MACA):
+#: rendered, built, installed and its suite run without the device (``extends_builtin``).
+BUILTIN_EXTENSION = {"device_name": "cuda", "backend_name": "maca"}
 
 #: The variants proven end to end (render, build, install, the whole suite against real servers),
 #: by name. Between them every value of every option is proven end to end at least once: they are
@@ -95,7 +105,7 @@ def answers(variant: dict[str, str]) -> dict[str, str]:
     """Every option of ``variant`` with the template's defaults filled in, and its device (the sample's by default)."""
     full = {"device_name": variant.get("device_name", DEVICE)}
     for option in OPTIONS:
-        full[option] = variant.get(option, CONTEXT[option][0])
+        full[option] = variant.get(option, CHOICES[option][0])
     return full
 
 
@@ -117,7 +127,7 @@ def combination_id(combo: tuple[str, ...]) -> str:
 
 def matrix() -> list[tuple[str, ...]]:
     """Every combination of the options, minus the refused ones."""
-    combos = itertools.product(*(CONTEXT[option] for option in OPTIONS))
+    combos = itertools.product(*(CHOICES[option] for option in OPTIONS))
     return [combo for combo in combos if (combo[0], combo[2]) not in REFUSED]
 
 

@@ -28,12 +28,23 @@ REFUSED = [
     # torch's device strings allow letters and underscores only: torch.device("acme7") raises.
     (["device_name=acme7"], "device_name='acme7' has digits, which torch device types cannot have", "device_name='acme'"),
     (["device_name=acme_npu2"], "torch.device('acme_npu2:0') raises", "device_name='acme_npu'"),
-    (["device_name=cuda"], "device_name='cuda' is one of LMCache's built-in backends", "device_name='acme_cuda'"),
-    (["device_name=rbln"], "built-in backends", "device_name='acme_rbln'"),
+    # A device type a built-in backend has renders a backend that extends it, under a backend name of its own.
+    (["device_name=cuda"], "backend_name='cuda' is one of LMCache's built-in backends", "backend_name='acme_cuda'"),
+    (["device_name=rbln"], "built-in backends", "backend_name='acme_rbln'"),
+    (["device_name=rocm"], "device_name='rocm' is LMCache's built-in rocm backend, not a torch device type: its "
+     "tensors report device type 'cuda'", "device_name='cuda'"),
+    (["device_name=cuda", "backend_name=maca", "emulator=yes"], "emulator='yes' cannot be torch.cuda", "emulator='no'"),
+    (["device_name=cuda", "backend_name=maca", "emulator=maybe"], "emulator='maybe' must be one of yes, no",
+     "emulator='no'"),
+    (["device_name=cuda", "backend_name=maca", "native_ops=yes"], "native_ops='yes' renders the sample's own ops",
+     "Set native_ops='no'"),
+    (["device_name=cuda", "backend_name=maca", "ownership=in_tree"], "ownership='in_tree' is not rendered for it",
+     "Set ownership='wheel'"),
     (["backend_name=npu"], "backend_name='npu' is one of LMCache's built-in backends", "backend_name='acme_npu'"),
     # Built in from lmcache 0.5.7 (Cambricon's torch_mlu, Biren's SUPA): a plugin so named loads on 0.5.6, then not.
-    (["device_name=mlu"], "device_name='mlu' is one of LMCache's built-in backends (built in since lmcache 0.5.7", "device_name='acme_mlu'"),
-    (["device_name=supa"], "(built in since lmcache 0.5.7", "device_name='acme_supa'"),
+    (["device_name=mlu"], "LMCache's built-in mlu backend, which arrives in lmcache 0.5.7, newer than every release",
+     "device_name='acme_mlu'"),
+    (["device_name=supa"], "which arrives in lmcache 0.5.7", "device_name='acme_supa'"),
     (["backend_name=supa"], "backend_name='supa' is one of LMCache's built-in backends", "backend_name='acme_supa'"),
     (["torch_extension_module=torch-foo"], "torch_extension_module='torch-foo' must be an importable module name", "'torch_acme'"),
     (["import_package=lmcache"], "import_package='lmcache' would shadow the real lmcache", "'lmcache_<device>'"),
@@ -79,11 +90,11 @@ def run_printed_command(said: str, cwd: Path) -> subprocess.CompletedProcess[str
 def test_every_problem_is_reported_at_once(render_cli: RenderCli) -> None:
     """Several bad answers give several messages in one run, not one per attempt, and a default derived from a
     bad answer is not reported again (backend_name defaults to device_name)."""
-    done, out = render_cli("device_name=cuda", "author_email=x", "version=v1")
+    done, out = render_cli("device_name=Acme-NPU", "author_email=x", "version=v1")
     assert done.returncode != 0
     assert done.stdout.count("  - ") == 3, done.stdout  # device_name, email, version
     assert "backend_name" not in done.stdout
-    assert "--no-input device_name=acme_cuda author_email=lmcache-acme-cuda@example.com version=0.1.0\n" in done.stdout
+    assert "--no-input device_name=acme_npu author_email=lmcache-acme-npu@example.com version=0.1.0\n" in done.stdout
     assert list(out.iterdir()) == []
 
 
@@ -138,7 +149,7 @@ def test_the_combination_each_refusal_suggests_renders(render_cli: RenderCli, an
 
 
 BAD = {
-    "device_name": ["Acme-NPU", "Acme-NPU2", "9", "class", "cuda", "cuda2", "x" * 40, "", "mps_2"],
+    "device_name": ["Acme-NPU", "Acme-NPU2", "9", "class", "rocm", "mlu", "cuda2", "x" * 40, "", "mps_2"],
     "backend_name": ["npu", "Acme NPU", "match", "_", "y" * 30],
     "torch_extension_module": ["torch-foo", "9torch", "a..b", "torch foo"],
     "project_slug": ["parent/lmcache-foo", "Lmcache_Foo", "../x", "", "a--b"],

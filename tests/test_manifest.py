@@ -13,12 +13,23 @@ from pathlib import Path
 import pytest
 from jinja2 import Environment
 
-from hooks.manifest import COPIES, KIT_COMPAT, KIT_SOURCE, PARTS, copied_files, dropped_paths
+from hooks.answer_rules import TEXT_CHOICES
+from hooks.manifest import COPIES, EXTENDS_BUILTIN, KIT_COMPAT, KIT_SOURCE, OWN_DEVICE, PARTS, copied_files, dropped_paths
 from hooks.post_gen_project import copy_in, prune
 
 TEMPLATE = Path(__file__).resolve().parent.parent
 PROJECT = TEMPLATE / "{{cookiecutter.project_slug}}"
 OPTIONS = json.loads((TEMPLATE / "cookiecutter.json").read_text())
+
+
+def choices(option: str) -> list[str]:
+    """An option's values: a choice's, a text answer's (``TEXT_CHOICES``), or the built-in backend a render extends
+    (``__extends``: none, or a built-in named as its device type)."""
+    if option == "__extends":
+        types = OPTIONS["_builtin_device_types"]
+        return ["", *(name for name, device_type in types.items() if name == device_type)]
+    assert isinstance(OPTIONS.get(option), list) or option in TEXT_CHOICES, f"{option!r} is not a choice"
+    return list(OPTIONS[option]) if isinstance(OPTIONS[option], list) else list(TEXT_CHOICES[option])
 
 
 def test_no_template_file_name_holds_a_jinja_condition() -> None:
@@ -35,9 +46,8 @@ def test_every_path_the_manifest_names_is_in_the_template(part) -> None:  # type
 
 @pytest.mark.parametrize("part", PARTS, ids=[part.name for part in PARTS])
 def test_every_condition_names_an_option_and_its_choices(part) -> None:  # type: ignore[no-untyped-def]
-    for option, choices in part.when.items():
-        assert isinstance(OPTIONS.get(option), list), f"{option!r} is not a choice in cookiecutter.json"
-        assert set(choices) <= set(OPTIONS[option]), f"{option!r} has no choice among {choices}"
+    for option, values in part.when.items():
+        assert set(values) <= set(choices(option)), f"{option!r} has no choice among {values}"
 
 
 @pytest.mark.parametrize("part", COPIES, ids=[part.name for part in COPIES])
@@ -45,8 +55,8 @@ def test_every_kit_file_the_manifest_copies_is_a_run_time_module_of_the_kits_shi
     """What an in-tree backend copies exists in the kit, and is none of what only a wheel or the doctor uses."""
     assert [name for name in part.paths if not (KIT_COMPAT / name).is_file()] == []
     assert not {"declared.py", "release.py", "wire.py"} & set(part.paths)
-    for option, choices in part.when.items():
-        assert set(choices) <= set(OPTIONS[option]), f"{option!r} has no choice among {choices}"
+    for option, values in part.when.items():
+        assert set(values) <= set(choices(option)), f"{option!r} has no choice among {values}"
 
 
 def test_an_in_tree_answer_set_copies_the_kits_shims_into_its_package_and_a_wheel_only_the_kits_source_module(tmp_path: Path) -> None:
@@ -80,7 +90,7 @@ def test_the_shims_an_in_tree_backend_copies_import_only_each_other(lmcache_driv
 def test_answers_drop_exactly_the_parts_they_do_not_keep() -> None:
     answers = {
         "ownership": "wheel", "lmcache_driven": "no", "native_ops": "yes", "emulator": "yes", "backend_name": "foo",
-        "__package_dir": "src/lmcache_foo", "__emulator_dir": "emulator",
+        "__package_dir": "src/lmcache_foo", "__emulator_dir": "emulator", "__extends": "",
     }  # fmt: skip
     dropped = dropped_paths(Environment(), answers)
     assert "src/lmcache_foo/ipc_wrapper.py" in dropped and "PR_DESCRIPTION.md" in dropped
@@ -96,6 +106,7 @@ def test_an_in_tree_render_carries_its_own_tests_and_not_the_kits(choice: str) -
     answers = {
         "ownership": "in_tree", "lmcache_driven": choice, "native_ops": "no", "emulator": "yes", "backend_name": "foo",
         "__package_dir": "lmcache/v1/platform/devices/foo", "__emulator_dir": f"{tests}_emulator", "__tests_dir": tests,
+        "__extends": "",
     }  # fmt: skip
     dropped = set(dropped_paths(Environment(), answers))
     assert {f"{tests}/conftest.py", f"{tests}/test_conformance.py"} <= dropped
@@ -115,6 +126,23 @@ def test_the_hook_refuses_a_path_outside_the_project_and_deletes_nothing(tmp_pat
     with pytest.raises(SystemExit, match="outside the project: fix the manifest"):
         prune(tmp_path / "project", ["keep.py", "../outside.py"])
     assert (tmp_path / "outside.py").exists() and (tmp_path / "project" / "keep.py").exists()
+
+
+def test_a_render_that_extends_a_builtin_keeps_the_spec_and_its_detection_and_drops_the_parts_the_builtin_has() -> None:
+    """Its ops, IPC wrapper, cache context, events and pinning are the built-in's: none of the sample's are rendered,
+    nor LMCache's ports of its per-device tests; a render of its own device has no ``detect.py``."""
+    answers = {
+        "ownership": "wheel", "lmcache_driven": "default", "native_ops": "no", "emulator": "no", "backend_name": "maca",
+        "__package_dir": "src/lmcache_maca", "__emulator_dir": "emulator", "__tests_dir": "tests", "__extends": "cuda",
+    }  # fmt: skip
+    assert "cuda" in EXTENDS_BUILTIN and "rocm" not in EXTENDS_BUILTIN and OWN_DEVICE == ("",)
+    dropped = set(dropped_paths(Environment(), answers))
+    package = "src/lmcache_maca"
+    own = {"device_ops", "ipc_wrapper", "cache_context", "event_ipc", "pin_memory", "runtime", "_ipc_rendezvous"}
+    assert {f"{package}/{name}.py" for name in own} <= dropped
+    assert "tests/test_lmcache_ports.py" in dropped
+    assert not {f"{package}/device.py", f"{package}/detect.py", "tests/test_conformance.py"} & dropped
+    assert f"{package}/detect.py" in dropped_paths(Environment(), {**answers, "__extends": ""})
 
 
 def test_an_engine_driven_wheel_render_has_none_of_the_lmcache_driven_part(render: Callable[..., Path]) -> None:

@@ -85,13 +85,32 @@ def test_typing_the_suggested_name_continues_with_defaults_derived_from_it_and_r
     transcript, status, out = type_answers(tmp_path, ["Acme-NPU", "acme_npu"])
     defaults = {question: default for question, default, _ in shown(transcript)[2:]}
     assert defaults == {
-        "backend_name": "acme_npu", "torch_extension_module": "torch_acme_npu",
+        "backend_name": "acme_npu", "torch_extension_module": "torch_acme_npu", "emulator": "yes",
         "project_slug": "lmcache-acme-npu-device", "import_package": "lmcache_acme_npu", "class_prefix": "AcmeNpu",
         "author_name": "Example Vendor", "author_email": "lmcache-acme-npu@example.com", "version": "0.1.0",
     }, transcript  # fmt: skip
     assert status == 0, transcript
     answers = json.loads((out / "lmcache-acme-npu-device" / ".cookiecutter.json").read_text())
     assert (answers["device_name"], answers["class_prefix"]) == ("acme_npu", "AcmeNpu")
+
+
+def test_a_device_type_lmcache_has_asks_for_a_backend_name_of_its_own_and_renders_a_backend_that_extends_it(
+    tmp_path: Path,
+) -> None:
+    """``cuda`` is a device type LMCache's cuda backend has: the backend name derived from it is refused at the next
+    prompt and asked again with a name of its own; typing ``maca`` derives the rest from it (no torch extension: torch
+    has cuda built in; no emulator), and Enter at each renders ``lmcache-maca-device``."""
+    transcript, status, out = type_answers(tmp_path, ["cuda", "", "maca"])
+    assert transcript.count("backend_name='cuda' is one of LMCache's built-in backends") == 1, transcript
+    questions = shown(transcript)
+    assert questions[:3] == [("device_name", "foo", "cuda"), ("backend_name", "cuda", ""),
+                             ("backend_name", "acme_cuda", "maca")], transcript  # fmt: skip
+    defaults = {question: default for question, default, _ in questions[3:]}
+    assert defaults["torch_extension_module"] == "" and defaults["emulator"] == "no", transcript
+    assert defaults["project_slug"] == "lmcache-maca-device" and defaults["class_prefix"] == "Maca", transcript
+    assert status == 0, transcript
+    names = (out / "lmcache-maca-device" / "src" / "lmcache_maca" / "names.py").read_text()
+    assert 'DEVICE_TYPE = "cuda"' in names and 'BACKEND_NAME = "maca"' in names and 'EXTENDS = "cuda"' in names
 
 
 def test_a_refusal_left_at_the_end_prints_one_command_that_renders_and_no_traceback(tmp_path: Path) -> None:
