@@ -17,14 +17,15 @@ from conftest import TEMPLATE
 
 from tasks.variants import OPTIONS
 
-LADDER = TEMPLATE / "kit" / "src" / "lmcache_device_kit" / "doctor" / "ladder.py"
+LADDER = TEMPLATE / "kit" / "src" / "lmcache_device_kit" / "doctor" / "ladder"
 #: A marker is ``TODO(vendor):``; ``the TODO(vendor) of ...`` refers to one.
 MARKER = "TODO(vendor):"
 
 
 def ladder() -> ModuleType:
-    """The kit's ladder module, loaded by path: it imports only the standard library."""
-    spec = importlib.util.spec_from_file_location("kit_ladder", LADDER)
+    """The kit's ladder package, loaded by path: it imports only the standard library and its own modules."""
+    spec = importlib.util.spec_from_file_location("kit_ladder", LADDER / "__init__.py",
+                                                  submodule_search_locations=[str(LADDER)])  # fmt: skip
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
@@ -73,10 +74,10 @@ def toml_site(path: Path, relative: str, line: int) -> str:
     return f"{relative}:{header[-1]}" if header else relative
 
 
-def marker_sites(project: Path) -> dict[str, list[str]]:
+def marker_sites(project: Path, package_name: str = "lmcache_foo") -> dict[str, list[str]]:
     """Each ``TODO(vendor):`` marker of the package's sources, the render's tests and its build files (``setup.py``,
     ``pyproject.toml``), by its site."""
-    package = project / "src" / "lmcache_foo"
+    package = project / "src" / package_name
     roots = [(package, ""), (project / "tests", "tests/")]
     paths = [(path, prefix + path.name) for root, prefix in roots for path in sorted([*root.glob("*.py"), *root.glob("*.cpp")])]
     paths += [(project / name, name) for name in ("setup.py", "pyproject.toml") if (project / name).exists()]
@@ -89,8 +90,8 @@ def marker_sites(project: Path) -> dict[str, list[str]]:
     return sites
 
 
-def applicable(steps: tuple, project: Path) -> list:
-    return [s for s in steps if not s.needs or (project / "src" / "lmcache_foo" / f"{s.needs}.py").exists()]
+def applicable(steps: tuple, project: Path, package_name: str = "lmcache_foo") -> list:
+    return [s for s in steps if not s.needs or (project / "src" / package_name / f"{s.needs}.py").exists()]
 
 
 def readme_rows(project: Path) -> list[list[str]]:
@@ -105,6 +106,9 @@ VARIANTS = [
     {"lmcache_driven": "default", "native_ops": "no"},
     {"lmcache_driven": "no", "native_ops": "yes", "emulator": "no"},
     {"lmcache_driven": "no", "native_ops": "no"},
+    # A backend that extends LMCache's cuda backend (a CUDA look-alike): its own part of the ladder.
+    {"device_name": "cuda", "backend_name": "maca", "lmcache_driven": "default"},
+    {"device_name": "cuda", "backend_name": "maca", "lmcache_driven": "no"},
 ]
 
 
@@ -115,14 +119,15 @@ def test_every_todo_marker_is_a_ladder_step_and_the_readme_lists_the_ladder_in_o
     """Each ``TODO(vendor):`` of a render sits at a site of a ladder step that applies to it; each such step has a
     marker there; and the README's table lists exactly those steps, in the ladder's order, with their sites, the
     runtime call, the tests and the doctor check the kit's data gives (what ``doctor --port`` prints)."""
-    assert set(answers) <= set(OPTIONS)
+    assert set(answers) <= set(OPTIONS) | {"device_name", "backend_name"}
     project = render(**answers)
-    steps = applicable(ladder().STEPS, project)
-    sites = marker_sites(project)
-    prefix = "Foo"
+    package, prefix, torch = ("lmcache_maca", "Maca", "torch.cuda") if "backend_name" in answers else (
+        "lmcache_foo", "Foo", "torch.foo")  # fmt: skip
+    steps = applicable(ladder().STEPS, project, package)
+    sites = marker_sites(project, package)
     named = {site.replace("{prefix}", prefix): step.key for step in steps for site in step.sites}
     assert {site: where for site, where in sites.items() if site not in named} == {}, (
-        "TODO(vendor) markers on no ladder step: add the site to a step of kit/src/lmcache_device_kit/doctor/ladder.py"
+        "TODO(vendor) markers on no ladder step: add the site to a step of kit/src/lmcache_device_kit/doctor/ladder/"
     )
     unmarked = [step.key for step in steps if not any(site.replace("{prefix}", prefix) in sites for site in step.sites)]
     assert unmarked == [], "ladder steps with no TODO(vendor) in this render"
@@ -130,7 +135,7 @@ def test_every_todo_marker_is_a_ladder_step_and_the_readme_lists_the_ladder_in_o
         [
             step.title,
             ", ".join(s.replace("{prefix}", prefix) for s in step.sites if s.replace("{prefix}", prefix) in sites),
-            step.call.replace("{torch}", "torch.foo"),
+            step.call.replace("{torch}", torch),
             step.tests,
             step.check,
         ]

@@ -39,6 +39,23 @@ def test_every_readme_shell_block_is_run_as_written_or_marked_as_an_example_that
     print("\n".join(f"line {b.line}: {b.kind} {b.what}" for b in blocks(readme)))
 
 
+@pytest.mark.parametrize("lmcache_driven", ["no", "default"])
+def test_a_backend_that_extends_a_builtin_documents_its_selection_and_runs_its_blocks_or_says_why(
+    render: Callable[..., Path], lmcache_driven: str
+) -> None:
+    """Its README names the value of ``LMCACHE_DEVICE_BACKEND`` to set where both backends are available, the test
+    switch that makes a stand-in's device count, and what the built-in does that a look-alike may lack; build,
+    install and the suite run as written, the stand-in run is an example that says it needs a device."""
+    project = render(device_name="cuda", backend_name="maca", lmcache_driven=lmcache_driven)
+    readme = (project / "README.md").read_text()
+    assert block_problems(readme) == []
+    assert set(runs(readme)) == {"build", "install", "tests"}
+    (stand_in,) = [block for block in blocks(readme) if block.kind == "example" and "needs a cuda device" in block.what]
+    assert "LMCACHE_MACA_STAND_IN=1 LMCACHE_DEVICE_BACKEND=maca pytest" in stand_in.text
+    assert "| both available | nothing: it refuses" in readme and "`LMCACHE_DEVICE_BACKEND=maca` |" in readme
+    assert "## What LMCache's cuda backend does that your runtime may not" in readme
+
+
 @pytest.mark.parametrize("lmcache_driven", ["no", "opt_in", "default"])
 def test_the_readme_server_accepts_the_transfer_mode_a_default_worker_of_the_render_asks_for(
     render: Callable[..., Path], lmcache_driven: str

@@ -116,11 +116,14 @@ def test_lmcache_driven_choice_sets_what_auto_means(render: Callable[..., Path],
         ("no", "no", "wheel", "yes"), ("opt_in", "no", "wheel", "yes"), ("default", "yes", "wheel", "yes"),
         ("no", "yes", "wheel", "no"), ("default", "no", "wheel", "no"),
         ("no", "no", "in_tree", "yes"), ("default", "no", "in_tree", "yes"), ("opt_in", "no", "in_tree", "no"),
+        ("no", "no", "wheel", "builtin"), ("default", "no", "wheel", "builtin"),
     ],
 )  # fmt: skip
 def test_every_render_leaves_no_template_syntax(render: Callable[..., Path], choice: str, native: str, ownership: str, emulator: str) -> None:
-    """No rendered file still contains Jinja markers or ``cookiecutter.`` references, whatever the options."""
-    project = render(lmcache_driven=choice, native_ops=native, ownership=ownership, emulator=emulator)
+    """No rendered file still contains Jinja markers or ``cookiecutter.`` references, whatever the options (emulator
+    ``builtin``: a backend that extends LMCache's cuda backend, which has none)."""
+    extends = {"device_name": "cuda", "backend_name": "maca"} if emulator == "builtin" else {"emulator": emulator}
+    project = render(lmcache_driven=choice, native_ops=native, ownership=ownership, **extends)
     texts = {name: (project / name).read_text() for name in files(project)}
     offenders = {name: marker for name, text in texts.items() if (marker := leftover_syntax(name, text))}
     assert offenders == {}
@@ -138,10 +141,11 @@ def test_every_render_leaves_no_template_syntax(render: Callable[..., Path], cho
         {"device_name": "tpu_x", "lmcache_driven": "opt_in", "class_prefix": "Tpu7X"},
         {"native_ops": "yes"},
         {"native_ops": "yes", "lmcache_driven": "default"},
+        {"device_name": "cuda", "backend_name": "maca", "lmcache_driven": "default"},
     ],
     ids=[
         "default", "underscores-digits-in-backend", "long-name-builtin-torch", "mit", "bsd-dotted-extension",
-        "ld-default", "ld-opt-in", "native", "native-ld",
+        "ld-default", "ld-opt-in", "native", "native-ld", "extends-cuda",
     ],  # fmt: skip
 )
 def test_every_rendered_python_file_compiles(render: Callable[..., Path], answers: dict[str, str]) -> None:
@@ -153,15 +157,23 @@ def test_every_rendered_python_file_compiles(render: Callable[..., Path], answer
         compile(source.read_text(), str(source), "exec")
 
 
-#: Every wheel combination of the options (tasks/variants.py), and one with a custom name and licence.
+#: Backends that extend a built-in on its device type, as a vendor types them: a CUDA look-alike in each transfer
+#: mode, and one on Ascend's device type.
+EXTENSION_RENDERS = {
+    "extends-cuda": {"device_name": "cuda", "backend_name": "maca"},
+    "extends-cuda-ld-default": {"device_name": "cuda", "backend_name": "maca", "lmcache_driven": "default"},
+    "extends-cuda-ld-opt-in": {"device_name": "cuda", "backend_name": "maca", "lmcache_driven": "opt_in"},
+    "extends-npu": {"device_name": "npu", "backend_name": "acme_npu", "license": "MIT"},
+}
+#: Every wheel combination of the options (tasks/variants.py), one with a custom name and licence, and the backends
+#: that extend a built-in.
 WHEEL_RENDERS = [dict(zip(OPTIONS, combo, strict=True)) for combo in matrix() if combo[0] == "wheel"] + [
-    {"device_name": "acme_npu", "license": "MIT"}
+    {"device_name": "acme_npu", "license": "MIT"}, *EXTENSION_RENDERS.values()
 ]
+WHEEL_IDS = [combination_id(combination(a)) for a in WHEEL_RENDERS[: -1 - len(EXTENSION_RENDERS)]]
 
 
-@pytest.mark.parametrize(
-    "answers", WHEEL_RENDERS, ids=[combination_id(combination(a)) for a in WHEEL_RENDERS[:-1]] + ["custom"]
-)
+@pytest.mark.parametrize("answers", WHEEL_RENDERS, ids=[*WHEEL_IDS, "custom", *EXTENSION_RENDERS])
 def test_every_wheel_render_is_lint_formatter_and_isort_clean_under_its_own_settings(
     render: Callable[..., Path], answers: dict[str, str]
 ) -> None:
@@ -188,11 +200,13 @@ def test_the_renders_own_lint_session_checks_its_files_wherever_the_project_sits
     assert "F401" in done.stdout + done.stderr, (done.stdout + done.stderr)[-3000:]
 
 
-#: Every combination of the options (tasks/variants.py), both ownership models.
-ALL_RENDERS = [dict(zip(OPTIONS, combo, strict=True)) for combo in matrix()]
+#: Every combination of the options (tasks/variants.py), both ownership models, and the backends that extend a
+#: built-in.
+ALL_RENDERS = [dict(zip(OPTIONS, combo, strict=True)) for combo in matrix()] + list(EXTENSION_RENDERS.values())
+ALL_IDS = [combination_id(combination(a)) for a in ALL_RENDERS[: -len(EXTENSION_RENDERS)]] + list(EXTENSION_RENDERS)
 
 
-@pytest.mark.parametrize("answers", ALL_RENDERS, ids=[combination_id(combination(a)) for a in ALL_RENDERS])
+@pytest.mark.parametrize("answers", ALL_RENDERS, ids=ALL_IDS)
 def test_every_render_has_no_import_circle_and_no_file_longer_than_a_screen(
     render: Callable[..., Path], answers: dict[str, str]
 ) -> None:

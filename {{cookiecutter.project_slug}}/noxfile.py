@@ -16,7 +16,7 @@ Sessions:
 {% if cookiecutter.emulator == 'yes' %}             tree; on the CPU emulator (emulator/, installed beside the wheel)
              unless {{ cookiecutter.__emulator_env_var }}=0.
 {% else %}             tree; without a device it skips what needs one.
-{% endif %}             One session per release: nox -s "tests({{ cookiecutter._lmcache_tested[-1] }})".
+{% endif %}             One session per release: nox -s "tests({{ (cookiecutter | tested_releases)[-1] }})".
   cluster    (not default) tests/test_cluster.py (pytest -m cluster): two servers
              sharing one L2 (fs; resp on a real Redis, the cluster extra) or P2P
              through a coordinator (nixl, the p2p extra).

@@ -24,6 +24,11 @@ from typing import Any
 # {{ "Third Party" if cookiecutter.ownership == "wheel" else "First Party" }}
 # What the spec module needs when LMCache loads it comes from the shims' modules, not
 # their package (still importing LMCache when a process imports it first).
+{%- if cookiecutter.__extends %}
+from {{ cookiecutter.__compat_package }}.builtin import (  # noqa: F401 - for the spec module
+    builtin_spec,
+)
+{%- endif %}
 from {{ cookiecutter.__compat_package }}.ops_support import (
     OpsSupport,
 )
@@ -65,7 +70,7 @@ PROJECT = "{{ cookiecutter.project_slug }}"
 #: The requirement pyproject.toml declares; keep the two identical.
 SUPPORTED_LMCACHE = "{{ cookiecutter.__lmcache_requirement }}"
 #: Releases the conformance suite has passed on (oldest first).
-TESTED_LMCACHE_VERSIONS = ({% for v in cookiecutter._lmcache_tested %}{{ v | tojson }}{{ ", " if not loop.last else ("," if loop.length == 1 else "") }}{% endfor %})
+TESTED_LMCACHE_VERSIONS = ({% for v in (cookiecutter | tested_releases) %}{{ v | tojson }}{{ ", " if not loop.last else ("," if loop.length == 1 else "") }}{% endfor %})
 {%- if cookiecutter.lmcache_driven != 'no' %}
 #: This plugin's IPC wrapper on LMCache's wire codec (0.5.6+; pickled before).
 wire = WireType("ext_{{ cookiecutter.import_package }}", CLASS_PREFIX, __name__)

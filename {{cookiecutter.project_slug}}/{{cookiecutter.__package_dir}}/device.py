@@ -1,1 +1,1 @@
-{% include 'device_spec.py.j2' %}
+{% include 'device_spec.py.j2' if not cookiecutter.__extends else 'builtin_spec.py.j2' %}

@@ -26,6 +26,11 @@ SLOW_PATH_MARK = "{{ cookiecutter.backend_name }} slow path:"
 #: canary and ``doctor --api`` do, in their own processes; never set it to serve).
 ALLOW_UNTESTED_ENV_VAR = "{{ cookiecutter.__untested_env_var }}"
 {%- endif %}
+{%- if cookiecutter.__extends %}
+#: The built-in LMCache backend this one extends: its spec is this backend's base
+#: class, and what this backend does not override is the built-in's.
+EXTENDS = "{{ cookiecutter.__extends }}"
+{%- endif %}
 {%- if cookiecutter.emulator == 'yes' %}
 #: Tests and CI set this to ``1`` to run on the CPU emulator of
 #: ``torch.{{ cookiecutter.__torch_module_name }}``, a distribution of its own that torch loads at

@@ -20,6 +20,7 @@ from __future__ import annotations
 from lmcache_device_kit.conformance import (
     backend_shape,
     bad_input,
+    builtin_extension,
     cache_context,
     cache_context_staging,
     discovery,
@@ -65,6 +66,10 @@ class TestInTreeDiscovery(discovery.BaseInTreeDiscoveryTests):
 
 
 class TestWheelDiscovery(discovery_wheel.BaseWheelDiscoveryTests):
+    pass
+
+
+class TestBuiltinExtension(builtin_extension.BaseBuiltinExtensionTests):
     pass
 
 
