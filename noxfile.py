@@ -21,6 +21,8 @@ Sessions:
                      patch) and run the same suite; undone afterwards.
   matrix             every option combination outside those variants: render, syntax, compile,
                      ruff, mypy, wheel or wire patch, and the suite files that need no server.
+  extends_builtin    a backend that extends a built-in on its device type (device_name=cuda backend_name=maca,
+                     as typed): render, ruff, mypy, wheel, and its suite without the device (what needs none runs).
   lmcache_releases   one supported release: "lmcache_releases(0.5.4)". Every wheel variant on the
                      newest; on older ones the variants whose code differs by release (``-- all``:
                      every one). A pre-release newer than the newest (cookiecutter.json,
@@ -62,7 +64,7 @@ from tasks.cluster import prove_cluster  # noqa: E402
 from tasks.envs import ReleaseEnv  # noqa: E402
 from tasks.kit_release import build_release  # noqa: E402
 from tasks.kit_source import kit_test_requirements  # noqa: E402
-from tasks.matrix import check_combination  # noqa: E402
+from tasks.matrix import check_builtin_extension, check_combination  # noqa: E402
 from tasks.progress import timed  # noqa: E402
 from tasks.project import install_render, render  # noqa: E402
 from tasks.prove import prove_kit, prove_release, select  # noqa: E402
@@ -181,6 +183,12 @@ def cluster(session: nox.Session) -> None:
 def matrix_session(session: nox.Session, combo: tuple[str, ...]) -> None:
     """One option combination: render, syntax, compile, ruff, mypy, wheel or wire patch, server-free suite."""
     check_combination(session, combo)
+
+
+@nox.session(venv_backend="none", tags=["ci"])
+def extends_builtin(session: nox.Session) -> None:
+    """A backend that extends a built-in (cuda, as MetaX MACA): rendered as typed, built, its suite without the device."""
+    check_builtin_extension(session)
 
 
 @nox.session(tags=["ci"])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from hooks.answer_rules import tested_releases
 from hooks.manifest import PACKAGE, PARTS, kept
 from tasks.kit_source import KIT_DISTRIBUTION, compatible_range, kit_version, plugin_wheel_problems, read_wheel
 
@@ -113,7 +114,7 @@ def wheel_problems(wheel: Path, project: Path) -> list[str]:
     lmcache = [r for r in declared if r.name == "lmcache"]
     if [r.specifier for r in lmcache] != [requirement.specifier]:
         problems.append(f"Requires-Dist for lmcache is {[str(r) for r in lmcache]}, expected {str(requirement)!r}")
-    untested = [v for v in ctx["_lmcache_tested"] if not requirement.specifier.contains(v)]
+    untested = [v for v in tested_releases(ctx) if not requirement.specifier.contains(v)]
     if untested:
         problems.append(f"{requirement} excludes tested releases {untested}")
 

@@ -20,7 +20,7 @@ from tasks.envs import ReleaseEnv, overlay_in_tree, wire_patches
 from tasks.progress import timed
 from tasks.project import check_statically, emulator_distribution, install_emulator, install_kit, install_render, render
 from tasks.suite import run_in_tree_suites, run_suite
-from tasks.variants import NEWEST, OPTIONS, combination_id
+from tasks.variants import BUILTIN_EXTENSION, NEWEST, OPTIONS, combination_id
 
 #: The rendered test file the option matrix leaves out: LMCache's ported per-device tests, which the kit's contract
 #: runner runs (its devices suite) in the heavy variants.
@@ -64,6 +64,33 @@ def check_combination(session: nox.Session, combo: tuple[str, ...]) -> None:
                 outcome = run_in_tree_suites(session, env, project, work, env_vars, device_present=emulator,
                                              serial=not emulator, server_free=True)  # fmt: skip
             step.result = str(outcome)
+
+
+def check_builtin_extension(session: nox.Session) -> None:
+    """A backend that extends a built-in (``BUILTIN_EXTENSION``: a CUDA look-alike), rendered with only the answers a
+    vendor types: its static checks (lint, mypy), its wheel built, inspected and installed, and its whole suite from
+    outside its tree on this host without the device: what needs none passes (registries, selection, the doctor, the
+    wheel), every other test is skipped with its reason. Uninstalled afterwards: the release's environment is
+    shared."""
+    env = ReleaseEnv(NEWEST)
+    work = Path(session.create_tmp()).resolve() / "extends-builtin"
+    with timed(session, f"extends a built-in: {' '.join(f'{k}={v}' for k, v in BUILTIN_EXTENSION.items())}") as timings:
+        with timings.step(f"environment: CPU torch + lmcache {NEWEST}") as step:
+            step.result = "created" if env.ensure(session) else "reused"
+        with timings.step("render (as typed); static checks: lint, mypy"):
+            project = render(session, env, work / "rendered", BUILTIN_EXTENSION, complete=False)
+            check_statically(session, env, project, cache=env.path / "mypy-cache")
+        ctx = context(project)
+        if ctx["emulator"] != "no" or not ctx["__extends"]:
+            session.error(f"expected a render that extends a built-in, without an emulator: {ctx['__extends']!r}")
+        tests = sorted((project / ctx["__tests_dir"]).glob("test_*.py"))
+        try:
+            with timings.step("build, inspect and install the wheel"):
+                install_render(session, env, project)
+            with timings.step("its suite, without the device") as step:
+                step.result = str(run_suite(session, env, tests, work, {}, device_present=False, serial=True))
+        finally:
+            env.uninstall_plugins(session, ctx["project_slug"])
 
 
 def typecheck_in_checkout(session: nox.Session, env: ReleaseEnv, project: Path, backend: str) -> None:

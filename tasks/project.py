@@ -46,11 +46,13 @@ WHEELS = ROOT / ".nox" / "wheels"
 STALE_BUILD_PRODUCTS = ("build/lib*", "build/bdist*", "src/*.egg-info", "*.egg-info")
 
 
-def render(session: nox.Session, env: ReleaseEnv, out: Path, variant: dict[str, str]) -> Path:
-    """Render the template with --no-input and the variant's answers into an empty ``out``; the project."""
+def render(session: nox.Session, env: ReleaseEnv, out: Path, variant: dict[str, str], complete: bool = True) -> Path:
+    """Render the template with --no-input and the variant's answers into an empty ``out``; the project. ``complete``
+    gives every option (the template's default where the variant has none); else only the variant's answers, as a
+    vendor types them."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    pairs = [f"{key}={value}" for key, value in answers(variant).items()]
+    pairs = [f"{key}={value}" for key, value in (answers(variant) if complete else variant).items()]
     pairs.append(f"_torch_version={env.torch_version()}")  # the torch a native wheel is built against and pins
     env.run(session, "cookiecutter", "--no-input", "-o", str(out), str(ROOT), *pairs, silent=True)
     (project,) = out.iterdir()
