@@ -3,8 +3,8 @@
 names, for ``lmcache_surface``'s check that the kit's tables declare them.
 
 Why a module of its own: the scan is plain text work, apart from the tests that
-compare it with the tables. Imports neither lmcache nor the plugin at import time
-(``project_sources`` imports the plugin's package to find its files).
+compare it with the tables. Imports neither lmcache, the shims nor the plugin at
+import time (``project_sources`` imports the plugin's package to find its files).
 """
 
 # Future
@@ -17,8 +17,6 @@ import re
 
 # First Party
 from lmcache_device_kit import backend as kit_backend
-from lmcache_device_kit.compat.builtin import builtin_spec_class_name
-from lmcache_device_kit.compat.surface import BUILTIN_PACKAGES
 
 #: Imports from LMCache (single, parenthesized, of modules), in code and in the
 #: Python the tests run in subprocesses.
@@ -58,5 +56,11 @@ def builtin_spec_locations(extends: str) -> set[tuple[str, str | None]]:
     extends no built-in): declared by ``compat.surface.BUILTIN_PACKAGES``."""
     if not extends:
         return set()
+    # First Party
+    # (here, not at the top: importing the shims' package imports lmcache, which the
+    # test process must not do before its conftest chose the backend)
+    from lmcache_device_kit.compat.builtin import builtin_spec_class_name
+    from lmcache_device_kit.compat.surface import BUILTIN_PACKAGES
+
     name = builtin_spec_class_name(extends)
     return {(f"{where}.{extends}", name) for where, _, _, _ in BUILTIN_PACKAGES}
