@@ -108,6 +108,15 @@ def test_a_site_that_still_calls_the_emulators_function_holds_the_sample(
     assert port.holds_sample(host_functions) == []  # type: ignore[arg-type]
 
 
+def climbed_without_a_device(failed: tuple[str, str, str]) -> tuple[Report, dict]:
+    """The ladder climbed with no spec, after the doctor check ``failed`` (name,
+    detail, fix); and its lines by step title."""
+    checks = Report()
+    checks.add(failed[0], False, failed[1], failed[2])
+    ladder = port.climb(None, checks)
+    return ladder, {c.name.split(". ", 1)[1]: c for c in ladder.checks}
+
+
 def test_without_the_device_sample_steps_are_not_ported_yet_and_the_rest_fail(
     plugin: Callable[[str], str],
 ) -> None:
@@ -115,10 +124,8 @@ def test_without_the_device_sample_steps_are_not_ported_yet_and_the_rest_fail(
     without sample code fails with the failing check's fix; a step the plugin has
     no module for is left off; the ladder does not pass."""
     plugin(SAMPLE_RUNTIME)
-    checks = Report()
-    checks.add("torch extension", False, "import torch_bar failed", "install it")
-    ladder = port.climb(None, checks)
-    lines = {c.name.split(". ", 1)[1]: c for c in ladder.checks}
+    failed = ("torch extension", "import torch_bar failed", "install it")
+    ladder, lines = climbed_without_a_device(failed)
     assert list(lines) == [
         "find the device",
         "bind a context on LMCache's threads",
@@ -154,10 +161,8 @@ def test_a_backend_that_extends_a_builtin_climbs_its_own_steps(
     )
     monkeypatch.setenv(kit_backend.PACKAGE_ENV_VAR, name)
     kit_backend.current.cache_clear()
-    checks = Report()
-    checks.add("vendor runtime", False, "not maca's runtime", "export X_STAND_IN=1")
-    ladder = port.climb(None, checks)
-    lines = {c.name.split(". ", 1)[1]: c for c in ladder.checks}
+    failed = ("vendor runtime", "not maca's runtime", "export X_STAND_IN=1")
+    ladder, lines = climbed_without_a_device(failed)
     assert list(lines) == [
         "extend LMCache's built-in backend of your device type",
         "recognise your runtime, not the built-in's",

@@ -98,18 +98,18 @@ def check_torch_device(report: Report) -> bool:
             True,
             "the CPU emulator, loaded by import torch (tests only)",
         )
+    elif not extension:
+        report.add(
+            "torch extension", True, f"none needed: torch has torch.{name} built in"
+        )
     elif autoloaded is not None:
         report.add(
             "torch extension",
             True,
             f"torch.{name} registered by import torch (its autoloading)",
         )
-    elif extension:
-        report.add("torch extension", True, f"{extension} imported")
     else:
-        report.add(
-            "torch extension", True, f"none needed: torch has torch.{name} built in"
-        )
+        report.add("torch extension", True, f"{extension} imported")
     module = getattr(torch, name, None)
     if module is None:
         return report.add(
