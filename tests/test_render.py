@@ -162,7 +162,9 @@ def test_every_rendered_python_file_compiles(render: Callable[..., Path], answer
 EXTENSION_RENDERS = {
     "extends-cuda": {"device_name": "cuda", "backend_name": "maca"},
     "extends-cuda-ld-default": {"device_name": "cuda", "backend_name": "maca", "lmcache_driven": "default"},
-    "extends-cuda-ld-opt-in": {"device_name": "cuda", "backend_name": "maca", "lmcache_driven": "opt_in"},
+    "extends-cuda-ld-opt-in-long-name": {
+        "device_name": "cuda", "backend_name": "acme_tensor_core_unit_xy", "lmcache_driven": "opt_in",
+    },
     "extends-npu": {"device_name": "npu", "backend_name": "acme_npu", "license": "MIT"},
 }
 #: Every wheel combination of the options (tasks/variants.py), one with a custom name and licence, and the backends
