@@ -30,7 +30,9 @@ def runtime_present() -> bool:
     TODO(vendor): recognise your runtime without touching a device, as LMCache's
     rocm backend reads ``torch.version.hip``: your torch build's version field, a
     module only your stack ships, or your driver library, for example
-    ``getattr(torch.version, "<yours>", None) is not None`` (import torch here,
-    inside the function).
+    ``return getattr(torch.version, "<yours>", None) is not None`` in place of the
+    last line (import torch here, inside the function). Keep the switch above it.
     """
-    return os.environ.get(STAND_IN_ENV_VAR) == "1"
+    if os.environ.get(STAND_IN_ENV_VAR) == "1":
+        return True  # the documented test switch: the built-in's device stands in
+    return False

@@ -29,6 +29,8 @@ CAPABILITIES = {
     "faults, mapping counts); run with <EMULATOR_ENV_VAR>=1",
     "in_tree": "a plugin wheel: LMCache finds it through its entry point, not by "
     "scanning its own tree (lmcache.v1.platform.devices)",
+    "own_ops": "the ops are those of the LMCache built-in this backend extends, which "
+    "LMCache's own tests cover",
     "lmcache_driven": "the spec does not offer LMCache-driven transfer (engine-driven "
     "only)",
     "native_ops": "no native ops here: the package ships no native ops module "

@@ -105,8 +105,9 @@ def probe(env: Mapping[str, str | None]) -> tuple[dict, str]:
 
 def our_ops() -> str:
     """The backend's ops class, as ``module.Class``: the one its spec names."""
-    ops = registered_spec().ops_cls
-    assert ops.__module__.startswith(kit_backend.current().package + "."), ops
+    ops, backend = registered_spec().ops_cls, kit_backend.current()
+    # the plugin's own, or those of the built-in it extends
+    assert backend.extends or ops.__module__.startswith(backend.package + "."), ops
     return f"{ops.__module__}.{ops.__name__}"
 
 

@@ -100,13 +100,20 @@ def one_rank_round_trip(
 
 
 def cache_context_class() -> str:
-    """The name of the backend's own cache context class (what its log lines say):
-    the subclass of LMCache's ``BaseCacheContext`` its ``cache_context`` module
-    defines."""
+    """The name of the backend's cache context class (what its log lines say): the
+    subclass of LMCache's ``BaseCacheContext`` its ``cache_context`` module defines,
+    or for a backend that extends a built-in, the built-in's module."""
     # First Party
     from lmcache.v1.platform.base.cache_context import BaseCacheContext
 
-    module = importlib.import_module(f"{kit_backend.current().package}.cache_context")
+    backend = kit_backend.current()
+    package = backend.package
+    if backend.extends:
+        # First Party
+        from lmcache_device_kit.compat.builtin import builtin_spec
+
+        package = builtin_spec(backend.extends).__module__
+    module = importlib.import_module(f"{package}.cache_context")
     (name,) = {
         value.__name__
         for value in vars(module).values()

@@ -23,6 +23,7 @@ import torch
 
 # First Party
 from lmcache_device_kit import backend as kit_backend
+from lmcache_device_kit.conformance.backend_shape import registered_spec
 from lmcache_device_kit.conformance.base import ConformanceTests
 from lmcache_device_kit.conformance.support import (
     BLOCK_IDS,
@@ -60,9 +61,10 @@ class BaseOpsParityTests(ConformanceTests):
     ) -> None:
         """LMCache routes the device's tensors to the spec's DeviceOps, a class of the
         plugin, not the baseline."""
-        ops_cls = type(device_ops())
+        ops_cls, backend = type(device_ops()), kit_backend.current()
         assert ops_cls is spec.ops_cls
-        assert ops_cls.__module__.startswith(kit_backend.current().package + ".")
+        # the plugin's own, or those of the built-in it extends
+        assert backend.extends or ops_cls.__module__.startswith(backend.package + ".")
 
     def test_each_device_stream_has_its_own_native_handle_and_other_objects_are_refused(  # noqa: E501
         self, spec: Any
@@ -165,4 +167,6 @@ class BaseOpsParityTests(ConformanceTests):
         package = kit_backend.current().package + "."
         cpu_ops = resolve_device_ops("cpu")
         assert not type(cpu_ops).__module__.startswith(package), type(cpu_ops)
-        assert type(device_ops()).__module__.startswith(package)
+        ops_cls = type(device_ops())
+        assert ops_cls is registered_spec().ops_cls  # the spec's, LMCache resolved
+        assert kit_backend.current().extends or ops_cls.__module__.startswith(package)

@@ -48,6 +48,8 @@ def package_module(name: str) -> Any:
 class BaseOpsPointerTests(ConformanceTests):
     """lmcache_memcpy_async on pointers, its slow-path verdicts, tensor_from_ptr."""
 
+    requires = frozenset({"own_ops"})
+
     @pytest.mark.parametrize(
         "index", [0, 1], ids=["device0", "device1-while-device0-is-current"]
     )

@@ -94,8 +94,8 @@ def backend_capabilities() -> frozenset[str]:
         found.add("native_ops")
     # an in-tree backend lives in LMCache's package; a plugin in a wheel of its own
     found.add("in_tree" if backend.in_tree else "wheel")
-    if backend.extends:
-        found.add("extends_builtin")
+    # a backend that extends a built-in runs the built-in's ops and parts
+    found.add("extends_builtin" if backend.extends else "own_ops")
     if "device" in found:
         # First Party
         from lmcache.v1.platform import get_device_spec
