@@ -6,7 +6,8 @@ Each ``Base...Tests`` class of ``lmcache_device_kit.conformance`` holds one part
 what LMCache needs from a device backend; pytest runs a subclass's tests against the
 backend ``conftest.py`` chose. A class that needs what this backend does not have
 (its ``requires``: LMCache-driven transfer, native ops, the CPU emulator, a wheel
-of its own or a place in LMCache's tree) is skipped with the reason. A newer kit
+of its own or a place in LMCache's tree, ops of its own or a built-in it extends)
+is skipped with the reason. A newer kit
 brings its new tests with it: bump its pin.
 
 To hold your device to more, add your own tests in files of your own
