@@ -229,6 +229,29 @@ def test_a_name_resolves_where_it_lives_newest_first_or_says_where_to_declare_it
     assert found[3] == [True, True, False, "AttributeError"]  # as a binding sees them
 
 
+def test_a_builtin_spec_is_found_where_the_release_keeps_it() -> None:
+    """What a plugin that extends a built-in subclasses: LMCache's own spec class,
+    the one its registry holds; a built-in no location has names the table."""
+    found = in_lmcache(
+        """
+        import json
+        from lmcache.v1.platform._device_detect import _build_backend_registry
+        from lmcache_device_kit.compat.builtin import builtin_spec
+        cuda = builtin_spec("cuda")
+        try:
+            builtin_spec("nosuch")
+            missing = ""
+        except ImportError as exc:
+            missing = str(exc)
+        print(json.dumps([cuda.__name__, type(_build_backend_registry()["cuda"])
+                          is cuda, missing]))
+        """
+    )
+    assert found[:2] == ["CudaDeviceSpec", True]
+    assert "NosuchDeviceSpec" in found[2]
+    assert "BUILTIN_PACKAGES in lmcache_device_kit.compat.surface" in found[2]
+
+
 def test_a_portable_spec_answers_both_spellings_and_auto_follows_the_release() -> None:
     found = in_lmcache(
         """
