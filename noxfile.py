@@ -82,6 +82,7 @@ from tasks.variants import (  # noqa: E402
     REPRESENTATIVE,
     ROOT,
     VARIANTS,
+    chosen_release,
     combination_id,
     is_in_tree,
     matrix,
@@ -215,22 +216,30 @@ def bench(session: nox.Session) -> None:
     Op level and end to end through real servers (1-64 chunks, 1-4 requests, TP 1-2, engine-driven
     SHM and LMCache-driven), what the emulator counts per request and its projection on the device the
     render's pyproject.toml describes; fails on a silent slow path or a missed target, with a py-spy profile.
-    Figures, bench.json and plots in bench-results/. Not a test. Posargs go to benchmarks/transfer_bench.py; with
-    ``--cluster`` also the two-node cell (store on node A, retrieve on node B through fs, resp and P2P), e.g.
-    ``nox -s bench -- --modes ... --setups "native foo" --dimensions base --cluster``.
+    Figures, bench.json and plots in bench-results/. Not a test. ``--lmcache <version|pre>`` runs it on that release
+    (default: the newest final; ``pre``: the newest pre-release, the plugin's release check relaxed as its canary
+    does); the other posargs go to benchmarks/transfer_bench.py; with ``--cluster`` also the two-node cell (store on
+    node A, retrieve on node B through fs, resp and P2P), e.g.
+    ``nox -s bench -- --lmcache pre --modes ... --setups "native foo" --dimensions base --cluster``.
     """
-    env = ReleaseEnv(NEWEST)
+    try:
+        release, posargs = chosen_release(session.posargs)
+    except ValueError as exc:
+        session.error(str(exc))
+    env = ReleaseEnv(release)
     env.ensure(session)
     env.install(session, "matplotlib", "py-spy")
-    if "--cluster" in session.posargs:  # the two-node cell's real Redis and P2P engine (the kit's extras)
+    if "--cluster" in posargs:  # the two-node cell's real Redis and P2P engine (the kit's extras)
         env.install(session, *kit_test_requirements(extra="cluster"), *kit_test_requirements(extra="p2p"))
     work = Path(session.create_tmp()).resolve()
     project = render(session, env, work / "rendered", VARIANTS[REPRESENTATIVE])
     install_render(session, env, project)
+    ctx = context(project)
+    untested = {ctx["__untested_env_var"]: "1"} if release in PRERELEASES else {}  # its release check, relaxed
     with session.chdir(work):
-        env.run(session, "python", str(ROOT / "benchmarks" / "transfer_bench.py"), "--package", context(project)["__package"],
-                "--out", str(ROOT / "bench-results"), "--device", str(project / "pyproject.toml"), *session.posargs,
-                env={"OMP_NUM_THREADS": "1", context(project)["__emulator_env_var"]: "1"})  # fmt: skip
+        env.run(session, "python", str(ROOT / "benchmarks" / "transfer_bench.py"), "--package", ctx["__package"],
+                "--out", str(ROOT / "bench-results"), "--device", str(project / "pyproject.toml"), *posargs,
+                env={"OMP_NUM_THREADS": "1", ctx["__emulator_env_var"]: "1", **untested})  # fmt: skip
 
 
 @nox.session(default=False, venv_backend="none")

@@ -255,10 +255,11 @@ def plot(e2e: dict, out: Path) -> list[Path]:
 
 def write(
     out: Path, ops: dict, e2e: dict, copies: dict, rows: list[dict], found: list[str], note: str, latency_us: int,
-    device: dict, cluster: dict | None = None,
+    device: dict, cluster: dict | None = None, lmcache: str = "",
 ) -> Path:  # fmt: skip
+    """bench.json: the run's lmcache release, then its figures (each end-to-end cell names its release too)."""
     path = out / "bench.json"
-    document = {"ops": ops, "e2e": e2e, "e2e_memcpy": copies, "targets": rows, "slow_paths": found, "regimes": note,
+    document = {"lmcache": lmcache, "ops": ops, "e2e": e2e, "e2e_memcpy": copies, "targets": rows, "slow_paths": found, "regimes": note,
                 "launch_latency_us": latency_us, "projected_on": device, "two_nodes": cluster or {}}  # fmt: skip
     path.write_text(json.dumps(document, indent=1))
     return path

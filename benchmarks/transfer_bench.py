@@ -34,6 +34,7 @@ import os
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -141,7 +142,9 @@ def main() -> int:
     logs = args.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     mark = importlib.import_module(f"{args.package}.names").SLOW_PATH_MARK
+    lmcache = metadata.version("lmcache")  # every cell's: servers and ranks run in this environment
     progress = Progress()
+    progress(f"lmcache {lmcache}, torch {metadata.version('torch')}")
     ops = run_ops(args.op_reps, args.package, args.setups, progress)
     complete = (args.modes, args.setups, args.dimensions) == ([*MODES], [*SETUPS], [*SWEEPS])
     found = op_findings(ops)
@@ -154,7 +157,7 @@ def main() -> int:
         )
         for setup in args.setups:
             e2e.setdefault(setup, {})[mode] = {
-                cell_id(c): bench_report.summarize(c, samples[setup][cell_id(c)]) for c in plan
+                cell_id(c): {**bench_report.summarize(c, samples[setup][cell_id(c)]), "lmcache": lmcache} for c in plan
             }
             logged = (paths[setup]["server_log"], *paths[setup]["rank_logs"])
             texts = {p: Path(p).read_text(errors="replace") for p in logged}
@@ -162,11 +165,14 @@ def main() -> int:
             found += [f"{setup} / {mode} / {c}: retrieved bytes differ"
                       for c, r in e2e[setup][mode].items() if r["bytes_match"] is False]  # fmt: skip
     cluster = bench_cluster.run(args.package, args.setups, args.modes, logs, child_env, progress) if args.cluster else {}
+    for by_l2 in (by_l2 for by_setup in cluster.values() for by_l2 in by_setup.values()):
+        for result in by_l2.values():
+            result["lmcache"] = lmcache
     for mode, by_setup in cluster.items():
         found += [f"{setup} / {mode} / two nodes via {l2}: retrieved bytes differ"
                   for setup, by_l2 in by_setup.items() for l2, r in by_l2.items() if r.get("bytes_match") is False]  # fmt: skip
     progress("done measuring")
-    print(f"\nfoo's emulated launch latency: {args.launch_latency_us} us (--launch-latency-us)")
+    print(f"\nlmcache {lmcache}; foo's emulated launch latency: {args.launch_latency_us} us (--launch-latency-us)")
     bench_report.print_tables(ops, e2e, copies)
     if cluster:
         bench_cluster.print_table(cluster, e2e)
@@ -191,7 +197,7 @@ def main() -> int:
     for finding in found:
         print(f"  DEGRADED {finding}")
     written = [bench_report.write(args.out, ops, e2e, copies, rows + counted, found, note, args.launch_latency_us,
-                                    dataclasses.asdict(device), cluster)]
+                                    dataclasses.asdict(device), cluster, lmcache)]
     if complete:
         written += bench_report.plot(e2e, args.out)
     print("\nwrote " + ", ".join(str(p) for p in written))

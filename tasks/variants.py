@@ -30,6 +30,25 @@ OLDEST = LMCACHE_RELEASES[0]
 PRERELEASES: list[str] = [
     release for release in CONTEXT["_lmcache_prereleases"] if Version(release) > Version(NEWEST)
 ]
+
+
+def chosen_release(arguments: list[str]) -> tuple[str, list[str]]:
+    """``--lmcache <version|pre>`` taken out of a session's arguments: (the release it names, the other arguments).
+    ``pre`` is the newest pre-release the template proves; without the option, the newest final. Any other value is
+    refused, naming the releases there are."""
+    rest, release = list(arguments), NEWEST
+    if "--lmcache" in rest:
+        at = rest.index("--lmcache")
+        value = rest[at + 1] if at + 1 < len(rest) else ""
+        del rest[at : at + 2]
+        known = [*LMCACHE_RELEASES, *PRERELEASES]
+        release = (PRERELEASES[-1] if PRERELEASES else "") if value == "pre" else value
+        if release not in known:
+            raise ValueError(f"--lmcache {value!r}: choose one of {', '.join(known)} or 'pre' (the newest pre-release "
+                             f"newer than {NEWEST}: {', '.join(PRERELEASES) or 'none now'})")  # fmt: skip
+    return release, rest
+
+
 #: The options a variant chooses, each with its values (the first is the template's default).
 OPTIONS = ("ownership", "lmcache_driven", "native_ops", "emulator")
 #: Each option's values, the template's default first, for a device LMCache has no backend for (the sample's): a

@@ -280,3 +280,24 @@ def test_a_two_node_request_pays_b_s_lookup_and_retrieve_of_the_same_round_over_
     assert summary["retrieve"]["p99_ms"] == pytest.approx(19.7)
     assert (summary["bytes_match"], summary["late_rounds"]) == (True, 1)
     assert bench_cluster.request_bytes() == 4 * bench_plan.CHUNK_BYTES
+
+
+def test_the_bench_runs_on_the_release_its_lmcache_option_names_and_refuses_one_there_is_not() -> None:
+    """``--lmcache <version|pre>`` is the session's, taken out of what goes to the benchmark: a tested release, or
+    ``pre`` for the newest pre-release; without it, the newest final; any other value names those there are."""
+    from tasks.variants import LMCACHE_RELEASES, NEWEST, PRERELEASES, chosen_release
+
+    assert chosen_release(["--modes", "shm"]) == (NEWEST, ["--modes", "shm"])
+    assert chosen_release(["--lmcache", LMCACHE_RELEASES[0], "--no-profile"]) == (LMCACHE_RELEASES[0], ["--no-profile"])
+    if PRERELEASES:
+        assert chosen_release(["--lmcache", "pre"]) == (PRERELEASES[-1], [])
+    for bad in (["--lmcache", "9.9.9"], ["--lmcache"]):
+        with pytest.raises(ValueError, match=f"choose one of {', '.join(LMCACHE_RELEASES)}"):
+            chosen_release(bad)
+
+
+def test_bench_json_says_which_lmcache_it_measured(tmp_path: Path) -> None:
+    import json
+
+    path = bench_report.write(tmp_path, {}, {}, {}, [], [], "", 0, {}, None, "0.5.7rc2")
+    assert json.loads(path.read_text())["lmcache"] == "0.5.7rc2"
