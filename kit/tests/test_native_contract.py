@@ -16,6 +16,7 @@ import pytest
 from lmcache_device_kit.conformance.native_contract import (
     detected_format,
     native_kv_formats,
+    native_symbol_problems,
     paths_taken,
     transfer_path,
     transfers,
@@ -86,3 +87,40 @@ def test_lmcache_detects_the_suites_geometries_as_the_formats_the_docs_name() ->
         "flashinfer_nhd": "NL_X_NB_TWO_BS_NH_HS",
         "mla": "NL_X_NB_BS_HS",
     }
+
+
+def test_native_only_names_lmcache_calls_are_bindable_as_it_calls_them() -> None:
+    """bind_native binds every public callable and type: baseline ops with their
+    parameters, or the names LMCache looks up on the ops on the installed release
+    (its direct copy path from 0.5.6), shaped as LMCache calls them; anything else
+    is a stray op."""
+
+    def transfer(paged, host):  # type: ignore[no-untyped-def]
+        return None
+
+    class DirectCopyObject:
+        def __init__(self, ptr, address, size, chunk, skip):  # type: ignore[no-untyped-def]
+            pass
+
+    baseline = types.SimpleNamespace(multi_layer_block_kv_transfer=transfer)
+    native = types.SimpleNamespace(
+        multi_layer_block_kv_transfer=transfer,
+        batch_memcpy_supported=lambda: True,
+        direct_copy_format_supported=lambda kv_format: True,
+        execute_direct_copy_transfer=lambda direction, device, pin, specs, objs: None,
+        DirectCopyObject=DirectCopyObject,
+        NATIVE_KV_FORMATS=frozenset(),  # data: bind_native leaves it
+    )
+    assert native_symbol_problems(native, baseline, (0, 5, 6)) == []
+    older = native_symbol_problems(native, baseline, (0, 5, 5))
+    assert len(older) == 4 and all("from 0.5.6 on" in p for p in older), older
+    native.direct_copy_format_supported = lambda kv_format, extra: True
+    native.frobnicate = lambda: None
+    native.Helper = type("Helper", (), {})
+    found = native_symbol_problems(native, baseline, (0, 5, 6))
+    assert [p.split(" ")[0] for p in found] == [
+        "type",
+        "direct_copy_format_supported:",
+        "frobnicate",
+    ], found
+    assert "does not bind" in found[1] and "stray op" in found[2]

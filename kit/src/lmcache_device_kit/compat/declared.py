@@ -194,6 +194,24 @@ LMCACHE_DRIVEN_CALLS: dict[str, tuple[Shape, ...]] = {
 }
 
 
+#: What LMCache looks up on ``lmcache.device_ops`` beyond its torch baseline, by
+#: ``hasattr`` (``multiprocess/object_group_transfer.py``): its own compiled
+#: extension's fast paths, which a plugin's native module may export too (bind_native
+#: binds every public callable and type), shaped as LMCache calls or constructs
+#: them, from the first release that does: one native call per object group
+#: (``execute_object_group_transfer``), and the copy engine moving each block
+#: straight between the paged cache and the pinned L1 chunk (the direct path: the
+#: four names LMCache looks up together, and the types it builds the plan with).
+NATIVE_ONLY: dict[str, tuple[Shape, ...]] = {
+    "execute_object_group_transfer": ((5, (), "0.5.4", None),),
+    "execute_direct_copy_transfer": ((5, (), "0.5.6", None),),
+    "batch_memcpy_supported": ((0, (), "0.5.6", None),),
+    "direct_copy_format_supported": ((1, (), "0.5.6", None),),
+    "DirectCopyGroupSpec": ((6, (), "0.5.6", None),),
+    "DirectCopyObject": ((5, (), "0.5.6", None),),
+}
+
+
 def calls(lmcache_driven: bool) -> dict[str, tuple[Shape, ...]]:
     """The calls a plugin makes: with LMCache-driven transfer's when it has it."""
     return {**CALLS, **(LMCACHE_DRIVEN_CALLS if lmcache_driven else {})}

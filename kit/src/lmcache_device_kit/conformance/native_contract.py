@@ -27,9 +27,14 @@ from __future__ import annotations
 # Standard
 from collections.abc import Mapping
 from typing import Any
+import inspect
 
 # Third Party
 import pytest
+
+# First Party
+from lmcache_device_kit.compat.declared import NATIVE_ONLY
+from lmcache_device_kit.doctor.calls import applies
 
 #: The dimension words LMCache spells its EngineKVFormat names with (0.5.4 to 0.5.7rc2).
 FORMAT_TOKENS = frozenset("NL X TWO ONE NB BS NH HS CS NP NBBS BSV BSS".split())
@@ -114,3 +119,62 @@ def detected_format(kv: Mapping[str, Any], hints: Mapping[str, str]) -> str:
 
     kv_format, _ = detect_format(list(kv.values()), EngineType.VLLM, dict(hints))
     return str(kv_format.name)
+
+
+def native_symbol_problems(
+    native: Any, baseline: Any, installed: tuple[int, ...]
+) -> list[str]:
+    """Why what ``native`` would bind on LMCache's ops is wrong (none: nothing).
+
+    bind_native binds every public callable and type of the module: each must be a
+    function of LMCache's torch baseline (``baseline``: ``torch_ops``) with its
+    parameters in order, or a native-only name LMCache itself looks up on the ops on
+    the ``installed`` release (``compat.declared.NATIVE_ONLY``), which LMCache's call
+    binds to. Anything else is a stray op.
+    """
+    problems = []
+    for name in (n for n in dir(native) if not n.startswith("_")):
+        symbol = getattr(native, name)
+        if not (callable(symbol) or isinstance(symbol, type)):
+            continue
+        if name in NATIVE_ONLY:
+            shapes = [s for s in NATIVE_ONLY[name] if applies(s[2], s[3], installed)]
+            if not shapes:
+                first = NATIVE_ONLY[name][-1][2]
+                problems.append(
+                    f"{name}: LMCache calls it from {first} on, not on the installed "
+                    "release: bind_native would add a stray op"
+                )
+            elif (why := _unbound(symbol, shapes[0])) is not None:
+                problems.append(f"{name}: LMCache's call {why}")
+        elif isinstance(symbol, type):
+            problems.append(
+                f"type {name} is public: bind_native would put it on lmcache.device_ops"
+            )
+        elif not hasattr(baseline, name):
+            problems.append(
+                f"{name} is not a torch_ops function nor a native-only name LMCache "
+                "calls (compat.declared.NATIVE_ONLY): bind_native would add a stray op"
+            )
+        else:
+            ours = list(inspect.signature(symbol).parameters)
+            theirs = list(inspect.signature(getattr(baseline, name)).parameters)
+            if ours != theirs:
+                problems.append(f"{name}{ours} differs from torch_ops.{name}{theirs}")
+    return problems
+
+
+def _unbound(symbol: Any, shape: tuple) -> str | None:
+    """Why LMCache's call of ``shape`` (positional count, keywords) does not bind to
+    ``symbol`` (None: it does, or a compiled signature cannot be read)."""
+    positional, keywords = shape[0], shape[1]
+    count = positional if isinstance(positional, int) else len(positional)
+    try:
+        signature = inspect.signature(symbol)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*range(count), **dict.fromkeys(keywords))
+    except TypeError as exc:
+        return f"({count} positional) does not bind to {signature}: {exc}"
+    return None
