@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 import importlib
 import inspect
+import subprocess
+import sys
 
 # Third Party
 import pytest
@@ -55,3 +57,21 @@ def test_a_class_named_otherwise_is_refused() -> None:
 
     with pytest.raises(ValueError, match="Base<What>Tests"):
         catalog.subclass_name(Odd)
+
+
+def test_collecting_the_conformance_classes_imports_no_lmcache() -> None:
+    """A project's test modules import these classes at collection, before its
+    conftest chose the backend: importing them (and the kit's pytest plugin) must
+    not import lmcache, which would resolve LMCache's device ops too early
+    (``from lmcache import device_ops`` then fails in LMCache's own modules)."""
+    code = (
+        "import sys, pkgutil, importlib, lmcache_device_kit.conformance as c\n"
+        "for m in pkgutil.iter_modules(c.__path__):\n"
+        "    importlib.import_module(f'{c.__name__}.{m.name}')\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] == 'lmcache'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", done.stdout

@@ -33,7 +33,6 @@ import inspect
 import pytest
 
 # First Party
-from lmcache_device_kit.compat.declared import NATIVE_ONLY
 from lmcache_device_kit.doctor.calls import applies
 
 #: The dimension words LMCache spells its EngineKVFormat names with (0.5.4 to 0.5.7rc2).
@@ -132,6 +131,11 @@ def native_symbol_problems(
     the ``installed`` release (``compat.declared.NATIVE_ONLY``), which LMCache's call
     binds to. Anything else is a stray op.
     """
+    # First Party
+    # (here: the shims' package imports lmcache, which a test module must not do
+    # before its conftest chose the backend)
+    from lmcache_device_kit.compat.declared import NATIVE_ONLY
+
     problems = []
     for name in (n for n in dir(native) if not n.startswith("_")):
         symbol = getattr(native, name)
