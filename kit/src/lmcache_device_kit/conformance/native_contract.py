@@ -33,7 +33,7 @@ import inspect
 import pytest
 
 # First Party
-from lmcache_device_kit.doctor.calls import applies
+from lmcache_device_kit.doctor.calls import applies, binds
 
 #: The dimension words LMCache spells its EngineKVFormat names with (0.5.4 to 0.5.7rc2).
 FORMAT_TOKENS = frozenset("NL X TWO ONE NB BS NH HS CS NP NBBS BSV BSS".split())
@@ -166,14 +166,11 @@ def native_symbol_problems(
 def _unbound(symbol: Any, shape: tuple) -> str | None:
     """Why LMCache's call of ``shape`` (positional count, keywords) does not bind to
     ``symbol`` (None: it does, or a compiled signature cannot be read)."""
-    positional, keywords = shape[0], shape[1]
-    count = positional if isinstance(positional, int) else len(positional)
     try:
         signature = inspect.signature(symbol)
     except (TypeError, ValueError):
         return None
-    try:
-        signature.bind(*range(count), **dict.fromkeys(keywords))
-    except TypeError as exc:
-        return f"({count} positional) does not bind to {signature}: {exc}"
-    return None
+    problem = binds(signature, shape[0], shape[1])
+    if problem is None:
+        return None
+    return f"({shape[0]} positional) does not bind to {signature}: {problem}"
