@@ -93,7 +93,7 @@ class AnswerChecks(Extension):
         device = self.checked(answers, "device_name")
         if not extended_builtin(device, self.facts(answers)):
             return device
-        return self.checked(answers, "backend_name") if "backend_name" in answers else device
+        return self.checked(answers, "backend_name")
 
     def default_extension_module(self, answers: MutableMapping[str, Any]) -> str:
         """``torch_<device>``, or "" for a device torch has built in (``torch.cuda``)."""

@@ -61,12 +61,17 @@ def release_key(release: str) -> tuple[int, ...]:
     return tuple(int(part) for part in release.split("."))
 
 
-def extended_builtin(device: str, facts: Mapping[str, Any]) -> str:
-    """The built-in backend a render on ``device`` extends, or "" for a device LMCache has no backend for.
+def extendable_builtins(device_types: Mapping[str, str]) -> tuple[str, ...]:
+    """The built-in backends a render can extend (``_builtin_device_types``: built-in -> its device type): LMCache's
+    default backend of each device type, the built-in named as its device type (``get_device_spec``'s default), as
+    ``cuda`` is for device type ``cuda``, which ``rocm`` shares."""
+    return tuple(sorted(name for name, device_type in device_types.items() if name == device_type))
 
-    It is LMCache's default backend for that device type: the built-in whose backend name is the device type
-    (``get_device_spec``'s default), as ``cuda`` is for device type ``cuda``, which ``rocm`` shares."""
-    return device if facts["_builtin_device_types"].get(device) == device else ""
+
+def extended_builtin(device: str, facts: Mapping[str, Any]) -> str:
+    """The built-in backend a render on ``device`` extends (``extendable_builtins``), or "" for a device LMCache has
+    no backend for."""
+    return device if device in extendable_builtins(facts["_builtin_device_types"]) else ""
 
 
 def extension_releases(facts: Mapping[str, Any]) -> list[str]:
@@ -214,13 +219,12 @@ def version_refusal(value: str, answers: Mapping[str, Any]) -> Refusal | None:
 TEXT_CHOICES = {"emulator": ("yes", "no")}
 
 
-def text_choice_refusal(field: str, value: str, answers: Mapping[str, Any]) -> Refusal | None:
-    if value in TEXT_CHOICES[field]:
+def emulator_refusal(value: str, answers: Mapping[str, Any]) -> Refusal | None:
+    if value in TEXT_CHOICES["emulator"]:
         return None
-    fix = "no" if field == "emulator" and extended_builtin(str(answers["device_name"]), answers) else "yes"
-    fix = fix if fix in TEXT_CHOICES[field] else TEXT_CHOICES[field][0]
-    return Refusal(f"{field}={value!r} must be one of {', '.join(TEXT_CHOICES[field])}, for example {field}={fix!r}",
-                   {field: fix})  # fmt: skip
+    fix = "no" if extended_builtin(str(answers["device_name"]), answers) else "yes"  # its default, as derived
+    return Refusal(f"emulator={value!r} must be one of {', '.join(TEXT_CHOICES['emulator'])}, for example "
+                   f"emulator={fix!r}", {"emulator": fix})  # fmt: skip
 
 
 #: Each answer's own rules, in prompt order; an answer not here (a choice) is checked by cookiecutter itself.
@@ -228,7 +232,7 @@ FIELD_RULES: dict[str, Callable[[str, Mapping[str, Any]], Refusal | None]] = {
     "device_name": lambda value, answers: name_refusal("device_name", value, answers),
     "backend_name": lambda value, answers: name_refusal("backend_name", value, answers),
     "torch_extension_module": module_refusal,
-    "emulator": lambda value, answers: text_choice_refusal("emulator", value, answers),
+    "emulator": emulator_refusal,
     "project_slug": slug_refusal,
     "import_package": package_refusal,
     "class_prefix": prefix_refusal,

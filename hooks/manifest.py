@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from hooks.answer_rules import extendable_builtins
+
 if TYPE_CHECKING:  # the template's automation imports PARTS where jinja2 is not installed
     from jinja2 import Environment
 
@@ -36,16 +38,9 @@ BACKEND = "{{cookiecutter.backend_name}}"
 LMCACHE_DRIVEN = ("opt_in", "default")
 #: ``__extends`` of a render for a device LMCache has no backend for (its own ops, IPC parts, emulator).
 OWN_DEVICE = ("",)
-#: ``__extends`` of a render that extends a built-in backend: the device types whose default backend LMCache ships
-#: (cookiecutter.json's ``_builtin_device_types``: a built-in named as its device type).
-EXTENDS_BUILTIN = tuple(
-    sorted(
-        name
-        for name, device_type in json.loads((Path(__file__).resolve().parent.parent / "cookiecutter.json").read_text())[
-            "_builtin_device_types"
-        ].items()
-        if name == device_type
-    )
+#: ``__extends`` of a render that extends a built-in backend (``answer_rules.extendable_builtins``).
+EXTENDS_BUILTIN = extendable_builtins(
+    json.loads((Path(__file__).resolve().parent.parent / "cookiecutter.json").read_text())["_builtin_device_types"]
 )
 KIT_PACKAGE = Path(__file__).resolve().parent.parent / "kit" / "src" / "lmcache_device_kit"
 #: The kit's run-time shims, beside the template, and where an in-tree backend keeps its copy.

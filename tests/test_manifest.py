@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from jinja2 import Environment
 
-from hooks.answer_rules import TEXT_CHOICES
+from hooks.answer_rules import TEXT_CHOICES, extendable_builtins
 from hooks.manifest import COPIES, EXTENDS_BUILTIN, KIT_COMPAT, KIT_SOURCE, OWN_DEVICE, PARTS, copied_files, dropped_paths
 from hooks.post_gen_project import copy_in, prune
 
@@ -26,8 +26,7 @@ def choices(option: str) -> list[str]:
     """An option's values: a choice's, a text answer's (``TEXT_CHOICES``), or the built-in backend a render extends
     (``__extends``: none, or a built-in named as its device type)."""
     if option == "__extends":
-        types = OPTIONS["_builtin_device_types"]
-        return ["", *(name for name, device_type in types.items() if name == device_type)]
+        return ["", *extendable_builtins(OPTIONS["_builtin_device_types"])]
     assert isinstance(OPTIONS.get(option), list) or option in TEXT_CHOICES, f"{option!r} is not a choice"
     return list(OPTIONS[option]) if isinstance(OPTIONS[option], list) else list(TEXT_CHOICES[option])
 
